@@ -9,13 +9,10 @@ one member a callback may set (EarlyStopping does, as in Lightning).
 
 from __future__ import annotations
 
-import contextlib
 import os
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     import torch
 
 
@@ -200,6 +197,3 @@ class TrainerView(Protocol):
         self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
     ) -> None: ...
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None: ...
-    # trainmesh's own: save_checkpoint in the block also writes its checkpoint to ``copies``, built once
-    # (the default ModelCheckpoint's last.ckpt: its save hooks run once per save point, as Lightning's).
-    def _copying_saves(self, copies: Sequence[str]) -> contextlib.AbstractContextManager[None]: ...

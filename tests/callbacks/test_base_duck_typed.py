@@ -155,11 +155,11 @@ def test_duck_typed_callbacks_take_part_in_checkpoints(tmp_path):
         warnings.simplefilter("error", FutureWarning)  # nothing of Lightning 1.x is defined here
         trainer.fit(DropoutNet(), loaders()[0])
     assert counter.batches == 12 and bare.starts == 1
-    checkpoint = torch.load(trainer.checkpoint_callback.last_model_path, weights_only=False)
+    checkpoint = torch.load(trainer.checkpoint_callback.best_model_path, weights_only=False)
     assert checkpoint["callbacks"]["Counter"] == {"batches": 12}
     resumed = Counter()
     quiet_trainer(max_epochs=2, callbacks=[resumed, Bare()], default_root_dir=tmp_path).fit(
-        DropoutNet(), loaders()[0], ckpt_path=trainer.checkpoint_callback.last_model_path
+        DropoutNet(), loaders()[0], ckpt_path=trainer.checkpoint_callback.best_model_path
     )
     assert resumed.batches == 24
 

@@ -2,9 +2,8 @@
 ``on_save_checkpoint``, a callback's ``state_dict``), under Lightning 2.6.6 and trainmesh on the same
 program: the Trainer's default checkpointing, and ModelCheckpoints of the program's own.
 
-trainmesh's default callback also writes ``last.ckpt`` (a documented difference); it writes it from the
-checkpoint it saves beside it, so the hooks run once per save point, as under Lightning's default, which
-writes one file. A program's own ``save_last=True`` builds both files, as Lightning's does."""
+The default callback is Lightning's ``ModelCheckpoint()`` (one file, no ``last.ckpt``), so the hooks run
+once per save point; a program's own ``save_last=True`` builds both files, as Lightning's does."""
 
 from __future__ import annotations
 
@@ -84,21 +83,6 @@ def test_save_hooks_run_as_under_lightning(tmp_path, name):
     assert _run(tm, tmp_path / "trainmesh", settings) == expected
 
 
-def test_default_last_ckpt_is_the_checkpoint_saved_beside_it(tmp_path):
-    """The default's ``last.ckpt``, written from the same build as the epoch file: the same weights and
-    callback states (``last_model_path`` included)."""
-    _run(tm, tmp_path, None)
-    folder = tmp_path / "checkpoints"
-    assert sorted(p.name for p in folder.iterdir()) == ["epoch=1-step=8.ckpt", "last.ckpt"]
-    newest = torch.load(folder / "epoch=1-step=8.ckpt", weights_only=False)
-    last = torch.load(folder / "last.ckpt", weights_only=False)
-    assert last["global_step"] == newest["global_step"] == 8
-    assert last["callbacks"] == newest["callbacks"]
-    assert all(torch.equal(last["state_dict"][k], v) for k, v in newest["state_dict"].items())
-    state = next(v for k, v in last["callbacks"].items() if k.startswith("ModelCheckpoint"))
-    assert state["last_model_path"] == str(folder / "last.ckpt")
-
-
 @pytest.mark.parametrize("wraps", [True, False], ids=["wrapped", "replaced"])
 def test_default_saves_through_trainer_save_checkpoint(tmp_path, wraps):
     """A program that wraps (or replaces) ``trainer.save_checkpoint`` sees the default callback call it once
@@ -120,4 +104,5 @@ def test_default_saves_through_trainer_save_checkpoint(tmp_path, wraps):
     calls, files = fit(tm, tmp_path / "trainmesh")
     lightning_calls, lightning_files = fit(L, tmp_path / "lightning")
     assert calls == lightning_calls == ["epoch=0-step=64.ckpt", "epoch=1-step=128.ckpt"]
-    assert files == (lightning_files + ["last.ckpt"] if wraps else [])
+    assert files == (lightning_files if wraps else [])
+    assert lightning_files == (["epoch=1-step=128.ckpt"] if wraps else [])

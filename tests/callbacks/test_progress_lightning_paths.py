@@ -30,7 +30,6 @@ def themed_fit(L, root):
     demos = importlib.import_module(L.pl.__name__ + ".demos")
     model = demos.BoringModel()
     settings = dict(max_epochs=1, limit_train_batches=2, limit_val_batches=1, callbacks=[bar], logger=False)
-    settings.update(enable_checkpointing=False)  # trainmesh's default also writes last.ckpt (documented)
     trainer = L.pl.Trainer(**{**trainer_kwargs(root, **settings), "enable_progress_bar": True})
     trainer.fit(model)
     names = {path: [hasattr(importlib.import_module(f"{package}.{path}"), n) for n in ns] for path, ns in PATHS.items()}

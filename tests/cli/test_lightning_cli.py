@@ -196,7 +196,7 @@ def test_parser_kwargs_and_added_arguments(tmp_path):
 
 def test_validate_takes_the_model_arguments_from_the_checkpoint(tmp_path):
     trained = fit(tmp_path, "--trainer.max_epochs", "1", "--model.hidden", "12")
-    last = trained.trainer.checkpoint_callback.last_model_path
+    last = trained.trainer.checkpoint_callback.best_model_path  # the default keeps the newest
     root = ["--trainer.default_root_dir", str(tmp_path)]
     cli = LightningCLI(Net, Data, args=["validate", *QUIET, *root, "--ckpt_path", last])
     assert cli.model.hparams.hidden == 12

@@ -52,10 +52,5 @@ def _run(framework, root):
 def test_a_logger_without_a_folder_runs_and_checkpoints_as_lightning(tmp_path) -> None:
     their_rows, theirs = _run(L, tmp_path / "lightning")
     our_rows, ours = _run(tm, tmp_path / "trainmesh")
-    # trainmesh's default checkpointing also keeps last.ckpt (for ckpt_path="last"); Lightning's does not.
-    assert (
-        [p for p in ours if not p.endswith("last.ckpt")]
-        == theirs
-        == ["recorder/version_3/checkpoints/epoch=1-step=8.ckpt"]
-    )
+    assert ours == theirs == ["recorder/version_3/checkpoints/epoch=1-step=8.ckpt"]
     assert our_rows == their_rows

@@ -98,8 +98,7 @@ def _files_and_hparams(framework, root: str, *, saved: bool) -> tuple[list[str],
     trainer.fit(Quiet(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
     found = []
     for folder, _, names in os.walk(root):
-        # trainmesh's default checkpointing also writes last.ckpt (docs/how-to/lightning.md: kept on purpose)
-        found += [os.path.relpath(os.path.join(folder, n), root) for n in names if n != "last.ckpt"]
+        found += [os.path.relpath(os.path.join(folder, n), root) for n in names]
     texts = {p: open(os.path.join(root, p)).read() for p in found if p.endswith(".yaml")}
     return sorted(p.split("events.out.tfevents")[0] + "<events>" if "tfevents" in p else p for p in found), texts
 

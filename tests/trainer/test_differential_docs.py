@@ -361,8 +361,7 @@ def test_a_resumed_fit_writes_into_its_own_logger_s_folder_as_lightning(tmp_path
         logger = L.loggers.CSVLogger(root, name="logs", version=0)
         second = L.pl.Trainer(**trainer_kwargs(root, logger=logger, max_epochs=2))
         second.fit(_module(L)(), _data(), ckpt_path=first.checkpoint_callback.best_model_path)
-        # trainmesh's default checkpointing also writes last.ckpt (docs/how-to/lightning.md: on purpose)
-        files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.ckpt") if p.name != "last.ckpt")
+        files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.ckpt"))
         return {"files": files, "best": Path(second.checkpoint_callback.best_model_path).relative_to(root).as_posix()}
 
     found = run_both(program, tmp_path)

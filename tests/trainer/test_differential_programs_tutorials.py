@@ -18,11 +18,10 @@ pytest.importorskip("tensorboard")
 
 def _files(root):
     """The files under ``root``, relative, TensorBoard's event files by their kind only (their
-    names hold the time and host); checkpoints left out (trainmesh's default also writes last.ckpt,
-    as documented)."""
+    names hold the time and host)."""
     found = []
     for path in sorted(root.rglob("*")):
-        if path.is_file() and path.parent.name != "checkpoints":
+        if path.is_file():
             name = str(path.relative_to(root))
             found.append(name.split("events.out.tfevents")[0] + "events" if "events.out.tfevents" in name else name)
     return found

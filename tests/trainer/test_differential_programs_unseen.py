@@ -118,7 +118,7 @@ def datamodule_with_stages(L, root):
 
     calls = []
     data, model = Files(root / "data"), Model()
-    # A checkpoint callback of its own: trainmesh's default one also writes last.ckpt (a documented difference)
+    # A checkpoint callback of its own, monitoring val_loss
     callbacks = [recorder_class(L.pl.Callback, calls)(), L.callbacks.ModelCheckpoint(monitor="val_loss")]
     trainer = L.pl.Trainer(
         **trainer_kwargs(root, max_epochs=2, logger=L.loggers.CSVLogger(root), callbacks=callbacks, log_every_n_steps=2)

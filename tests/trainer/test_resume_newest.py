@@ -98,3 +98,26 @@ def test_resuming_a_run_that_reached_max_epochs_says_there_is_nothing_to_train(t
         f"trainmesh: {folder / 'ckpts' / 'last.ckpt'} is at epoch 1, global step 24: max_epochs=2 is already "
         "reached, so there is nothing to train. Raise max_epochs to train further"
     ) in said(caplog)
+
+
+def test_restart_resumes_from_the_default_callbacks_file(tmp_path, caplog, monkeypatch):
+    # The Trainer's default checkpointing is Lightning's ModelCheckpoint(): epoch=E-step=S.ckpt, no
+    # last.ckpt. An elastic restart's automatic resume finds that file.
+    def fit(epochs):
+        first = FirstStep()
+        trainer = quiet_trainer(
+            max_epochs=epochs, default_root_dir=tmp_path, enable_checkpointing=True, callbacks=[first]
+        )
+        trainer.fit(DropoutNet(), *loaders())
+        return trainer, first.step
+
+    fit(1)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=12.ckpt"]
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    trainer, first = fit(2)
+    assert first == 12 and trainer.global_step == 24
+    chosen = tmp_path / "checkpoints" / "epoch=0-step=12.ckpt"
+    assert f"trainmesh: restart 1 of the elastic agent: resuming from {chosen} (epoch 0, global step 12)" in said(
+        caplog
+    )
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=12.ckpt", "epoch=1-step=24.ckpt"]

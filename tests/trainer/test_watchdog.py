@@ -107,7 +107,7 @@ def test_ddp_run_with_a_stuck_rank_ends_naming_it_and_showing_where_it_was(runs)
     run = runs["ddp"]
     tail = run.output[-6000:]
     # The first epoch's slow first step, long validation and slow save did not fire it.
-    assert (run.out / "checkpoints" / "last.ckpt").exists(), tail
+    assert (run.out / "checkpoints" / "epoch=0-step=4.ckpt").exists(), tail
     assert run.stalled_for() < TIMEOUT + 30, tail
     assert run.returncode == 124, tail
     assert "FIT ENDED" not in run.output
@@ -127,7 +127,7 @@ def test_ddp_run_with_a_stuck_rank_ends_naming_it_and_showing_where_it_was(runs)
 def test_single_process_run_with_a_stuck_step_ends_with_its_stack(runs):
     run = runs["single"]
     tail = run.output[-6000:]
-    assert (run.out / "checkpoints" / "last.ckpt").exists(), tail
+    assert (run.out / "checkpoints" / "epoch=0-step=4.ckpt").exists(), tail
     assert run.stalled_for() < TIMEOUT + 30, tail
     assert run.returncode == 124, tail
     assert "FIT ENDED" not in run.output

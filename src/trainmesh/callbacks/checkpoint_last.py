@@ -1,7 +1,6 @@
 """ModelCheckpoint's ``last.ckpt``: when it is written (Lightning 2.6's rule), under which name, and how:
-a copy, a link (``save_last="link"``), or, for the Trainer's default callback, the same checkpoint as
-the file saved beside it, built once, so that the save hooks run once per save point as under Lightning's
-default (which writes no last.ckpt at all)."""
+a checkpoint of its own, or a link (``save_last="link"``). The Trainer's default callback, as
+Lightning's, writes none."""
 
 from __future__ import annotations
 
@@ -35,19 +34,6 @@ def save_last(callback: Any, trainer: TrainerView, metrics: dict[str, Any]) -> N
     else:
         callback._write(trainer, path)
     if previous and previous != path:
-        callback._remove(trainer, previous)
-
-
-def write_with_last(callback: Any, trainer: TrainerView, path: str, metrics: dict[str, Any]) -> None:
-    """The default callback's save: ``path`` and ``last.ckpt`` from one checkpoint, through
-    ``trainer.save_checkpoint`` (called once, as Lightning's default calls it: a program may wrap it).
-    Under a sharded strategy each is a folder: the same shards written to both."""
-    previous, last = callback.last_model_path, _claim_path(callback, trainer, metrics)
-    callback._owned.add(last)
-    callback._last_checkpoint_saved = last
-    with trainer._copying_saves([last]):
-        callback._save_checkpoint(trainer, path)
-    if previous and previous != last:
         callback._remove(trainer, previous)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import torch
 
 from trainmesh.callbacks.checkpoint import Checkpoint
-from trainmesh.callbacks.checkpoint_last import last_due, save_last, write_with_last
+from trainmesh.callbacks.checkpoint_last import last_due, save_last
 from trainmesh.callbacks.checkpoint_loggers import tell_loggers_of_save
 from trainmesh.callbacks.checkpoint_manual import save_manual_step
 from trainmesh.callbacks.checkpoint_names import (
@@ -85,7 +85,8 @@ class ModelCheckpoint(Checkpoint):
         self.save_top_k = save_top_k
         if isinstance(save_last, str) and save_last != "link":
             raise ValueError(f"ModelCheckpoint(save_last={save_last!r}): use True, False or 'link'")
-        self.save_last: bool | str = save_last if save_last == "link" else bool(save_last)
+        # None stays None, as Lightning's (its default callback's save_last reads None)
+        self.save_last: bool | str | None = save_last if save_last is None or save_last == "link" else bool(save_last)
         if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
             every_n_epochs = 1
         self.save_on_exception = save_on_exception
@@ -114,8 +115,6 @@ class ModelCheckpoint(Checkpoint):
         # The step and path of the newest file written: last.ckpt follows them (checkpoint_last.last_due).
         self._written_at_step: int | None = None
         self._last_checkpoint_saved = ""
-        self._last_from_same_save = False  # the Trainer's default: last.ckpt from the save beside it
-        self._last_pending: dict[str, Any] | None = None  # this save point's metrics, while _save writes
         self._owned: set[str] = set()  # files this callback wrote (or restored as its own)
         self._validated_since_check = False
         self._validated_this_fit = False
@@ -226,10 +225,10 @@ class ModelCheckpoint(Checkpoint):
             self._save(trainer, mid_epoch=False)
 
     def on_train_end(self, trainer: TrainerView, pl_module: Any) -> None:
-        """A fit that wrote no checkpoint (``save_top_k=0``, too short for the cadence) still leaves ``last.ckpt``,
-        as Lightning 2.6's, under ``fast_dev_run`` too (measured); not the Trainer's default callback (Lightning's
-        writes no last.ckpt: a fit that saved nothing, global_step 0, leaves no file)."""
-        if self.save_last and not self._last_checkpoint_saved and not self._last_from_same_save:
+        """With ``save_last``, a fit that wrote no checkpoint (``save_top_k=0``, too short for the cadence) still
+        leaves ``last.ckpt``, as Lightning 2.6's, under ``fast_dev_run`` too (measured). The Trainer's default,
+        ``ModelCheckpoint()``, has no save_last: a fit that saved nothing (global_step 0) leaves no file."""
+        if self.save_last and not self._last_checkpoint_saved:
             save_last(self, trainer, self._monitor_candidates(trainer))
 
     def on_exception(self, trainer: TrainerView, pl_module: Any, exception: BaseException) -> None:
@@ -335,28 +334,18 @@ class ModelCheckpoint(Checkpoint):
         ranked = monitor_available(self, metrics, mid_epoch)
         # Set before writing: this counter is part of the state the checkpoint holds.
         self._last_global_step_saved = trainer.global_step
-        # Lightning's default callback saves once here (its save_last=True callback twice, kept for it).
-        sharing = self._last_from_same_save and self.save_last is True
-        self._last_pending = metrics if sharing else None
-        try:
-            if self.save_top_k != 0:
-                if self.monitor is None:
-                    save_latest(self, trainer, metrics)
-                elif ranked:
-                    save_if_top_k(self, trainer, metrics, metrics[self.monitor])
-        finally:  # _write takes the pending metrics when it writes last.ckpt too
-            shared, self._last_pending = sharing and self._last_pending is None, None
-        if not shared and last_due(self, trainer, mid_epoch=mid_epoch):
+        if self.save_top_k != 0:
+            if self.monitor is None:
+                save_latest(self, trainer, metrics)
+            elif ranked:
+                save_if_top_k(self, trainer, metrics, metrics[self.monitor])
+        if last_due(self, trainer, mid_epoch=mid_epoch):
             save_last(self, trainer, metrics)
 
     def _write(self, trainer: TrainerView, path: str) -> None:
         self._owned.add(path)
         self._written_at_step, self._last_checkpoint_saved = trainer.global_step, path
-        if self._last_pending is not None:  # the default callback: last.ckpt gets this same checkpoint
-            metrics, self._last_pending = self._last_pending, None
-            write_with_last(self, trainer, path, metrics)
-        else:
-            self._save_checkpoint(trainer, path)
+        self._save_checkpoint(trainer, path)
 
     def _save_checkpoint(self, trainer: TrainerView, filepath: str) -> None:  # Lightning's name
         # Collective: every rank calls it with the same path.

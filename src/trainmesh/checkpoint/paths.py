@@ -138,8 +138,8 @@ class LastCheckpoints:
             )
             raise ValueError(
                 f"ckpt_path='last': {found_none}, and {places.stage or 'this stage'} "
-                "needs trained weights. Pass a checkpoint file's path, or fit first (ModelCheckpoint("
-                "save_last=True), the default checkpointing, writes last.ckpt)"
+                "needs trained weights. Pass a checkpoint file's path, or fit first (the default checkpointing, "
+                "ModelCheckpoint(), writes one)"
             )
         if places.announces:
             if skipped:  # never silently: every checkpoint there is damaged, and this run starts over

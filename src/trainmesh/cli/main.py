@@ -317,12 +317,28 @@ def _execute(command: str, parser: Any, config: Any, cli: Any = None) -> int:
     built = parser.instantiate(config)[command]
     model = _build_from_group(built.model, "model")
     datamodule = _build_from_group(built.data, "data") if "data" in built else None
-    trainer = Trainer(**built.trainer.as_dict())
+    trainer = Trainer(**_with_last_checkpoint(command, built.trainer.as_dict()))
     if cli is not None:  # the user's script reads them after the run, as LightningCLI offers
         cli.trainer, cli.model, cli.datamodule = trainer, model, datamodule
     runner = {"fit": _fit, "validate": _evaluate, "test": _evaluate, "predict": _predict}[command]
     runner(command, trainer, model, datamodule, settings)
     return 0
+
+
+def _with_last_checkpoint(command: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """``trainmesh fit``'s checkpointing: where the command names no checkpoint callback, a
+    ``ModelCheckpoint(save_last=True)``, so that the run leaves ``last.ckpt`` for ``trainmesh test
+    --ckpt_path .../last.ckpt`` and ``--ckpt_path last``. (The Trainer's own default is Lightning's
+    ``ModelCheckpoint()``, which writes none: this command is trainmesh's, not Lightning's.)"""
+    from trainmesh.callbacks import Checkpoint, ModelCheckpoint
+
+    given = arguments.get("callbacks") or []
+    given = list(given) if isinstance(given, list | tuple) else [given]
+    if command != "fit" or arguments.get("enable_checkpointing") is False or arguments.get("fast_dev_run"):
+        return arguments
+    if any(isinstance(callback, Checkpoint) for callback in given):
+        return arguments
+    return {**arguments, "callbacks": [*given, ModelCheckpoint(save_last=True)]}
 
 
 def _build_from_group(group: Any, role: str) -> Any:

@@ -10,7 +10,8 @@ to ``<default_root_dir>/last-preempted.ckpt`` (a collective, like every save), a
 status 75 (``launchers/exit_status.py``). Under SLURM, SIGUSR1 also requeues the job.
 
 The next start resumes by itself: ``fit`` with ``ckpt_path=None`` resumes from the newest
-complete ``last*.ckpt`` when the previous run was preempted (that file exists), when an elastic
+complete checkpoint of the run, whatever its name (``last-preempted.ckpt``, a ``last.ckpt``, or the
+default callback's ``epoch=E-step=S.ckpt``), when the previous run was preempted (that file exists), when an elastic
 agent restarted the workers (``TORCHELASTIC_RESTART_COUNT`` > 0), or when SLURM requeued the job
 (``SLURM_RESTART_COUNT`` > 0). A fit that then ends normally removes ``last-preempted.ckpt``, so
 that the following run of the script starts afresh.

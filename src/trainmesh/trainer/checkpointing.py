@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -56,15 +55,12 @@ def write_checkpoint(
     path: str,
     *,
     weights_only: bool,
-    copies: Sequence[str] = (),
 ) -> None:
-    """Build ``state``'s checkpoint and write it to ``path`` (the Trainer's every save), then the same
-    checkpoint to each of ``copies``: built once, so the save hooks run once for all of them."""
+    """Build ``state``'s checkpoint and write it to ``path`` (the Trainer's every save)."""
     verify_finite_losses(state.loop.loss_check, path)  # no checkpoint of weights a non-finite step produced
     checkpoint = build_checkpoint(state, runtime, trainer, weights_only=weights_only)
-    for target in (path, *copies):
-        # The strategy waits for every rank; one that shards writes each rank's shards (a folder each).
-        runtime.checkpoints.write(checkpoint, target, sharded=TENSOR_ENTRIES)
+    # The strategy waits for every rank; one that shards writes each rank's shards (a folder each).
+    runtime.checkpoints.write(checkpoint, path, sharded=TENSOR_ENTRIES)
 
 
 def build_checkpoint(

@@ -240,15 +240,13 @@ def build_callbacks(
     # (the max_time Timer, with_max_time), the default bar, the default summary; then finders first
     # and checkpoints last (_reorder_callbacks).
     result = list(given)
-    if checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
-        # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up: written from
-        # the checkpoint saved beside it, so the save hooks run once per save point, as with Lightning's default.
-        default = ModelCheckpoint(save_last=True)
-        default._last_from_same_save = True
-        result.append(default)
-    elif fast_dev_run and enable_checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
-        # Lightning keeps its default ModelCheckpoint under fast_dev_run, saving nothing there:
-        # programs read trainer.checkpoint_callback.best_model_path ("") after such a fit
+    wanted = checkpointing or (fast_dev_run and enable_checkpointing)
+    if wanted and not any(isinstance(cb, Checkpoint) for cb in result):
+        # Lightning's default, ModelCheckpoint(): the newest checkpoint only, no last.ckpt (a program lists
+        # the folder, and its fit(ckpt_path="last") warns and starts afresh). trainmesh's automatic resume
+        # after a restart or preemption takes the newest complete checkpoint of any name (checkpoint/paths.py).
+        # Kept under fast_dev_run, saving nothing there, as Lightning's: programs read
+        # trainer.checkpoint_callback.best_model_path ("") after such a fit.
         result.append(ModelCheckpoint())
     if not checkpointing and not fast_dev_run and any(isinstance(cb, Checkpoint) for cb in result):
         found = type(next(cb for cb in result if isinstance(cb, Checkpoint))).__name__

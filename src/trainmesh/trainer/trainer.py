@@ -284,9 +284,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         if self.module is None:
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.runtime.supervision.paused(), self.profiler.profile("save_checkpoint"):
-            write_checkpoint(
-                self._state, self.runtime, self, str(path), weights_only=weights_only, copies=self._save_copies
-            )
+            write_checkpoint(self._state, self.runtime, self, str(path), weights_only=weights_only)
 
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Delete a checkpoint; with AsyncCheckpointIO once the save in flight is complete, if it succeeded."""

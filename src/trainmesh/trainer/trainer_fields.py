@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 from trainmesh.runtime_optimizer import inner_optimizer
@@ -21,19 +19,6 @@ from trainmesh.trainer.settings import given_max_epochs, given_min_epochs
 
 class TrainerFields(LightningMembers):
     """The Trainer's fields; the Trainer is one."""
-
-    # More paths each save writes its checkpoint to, inside _copying_saves.
-    _save_copies: tuple[str, ...] = ()
-
-    @contextlib.contextmanager
-    def _copying_saves(self, copies: Sequence[str]) -> Iterator[None]:
-        """A save in the block writes its checkpoint to ``copies`` too: built once, so its hooks run once
-        (the default ModelCheckpoint's last.ckpt beside its file, callbacks/checkpoint_last.py)."""
-        self._save_copies = tuple(copies)
-        try:
-            yield
-        finally:
-            self._save_copies = ()
 
     # ---- the checked settings (settings.py) -----------------------------------------------------
     @property
