@@ -1,4 +1,4 @@
-"""ckpt_path="last" and the automatic resume after a restart: the newest complete checkpoint of
+"""ckpt_path="last" under Trainer(exact_resume=True) and the automatic resume after a restart: the newest complete checkpoint of
 the run by the training position it records, whatever its name, named in one line (issue 27, item 4)."""
 
 import os
@@ -29,6 +29,7 @@ def _fit(folder, epochs, *, save_last, ckpt_path=None):
         default_root_dir=folder,
         enable_checkpointing=True,
         callbacks=[ModelCheckpoint(dirpath=folder / "ckpts", save_top_k=-1, save_last=save_last), first],
+        exact_resume=True,  # trainmesh's own "last" (a named "last" without it is Lightning's: last*.ckpt only)
     )
     train, val = loaders()
     trainer.fit(DropoutNet(), train, val, ckpt_path=ckpt_path)

@@ -241,7 +241,7 @@ def build_callbacks(
     # and checkpoints last (_reorder_callbacks).
     result = list(given)
     if checkpointing and not any(isinstance(cb, Checkpoint) for cb in result):
-        # The default keeps last.ckpt too, so fit(ckpt_path="last") resumes with no set-up: written from
+        # The default keeps last.ckpt too, so a restart resumes with no set-up (and ckpt_path="last" from its folder): written from
         # the checkpoint saved beside it, so the save hooks run once per save point, as with Lightning's default.
         default = ModelCheckpoint(save_last=True)
         default._last_from_same_save = True
