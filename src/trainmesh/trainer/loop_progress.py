@@ -81,6 +81,9 @@ class EpochLoopStart:
     # the batch's end: a validation, an epoch end), "inside" (inside a batch: on_exception), "" (no restart)
     stage: str
     window_ended: bool  # the saved batch ended an accumulation window (Lightning's not _should_accumulate)
+    # Lightning's restart re-reads the epoch from its loader (a named resume, or Lightning's file): it warns as
+    # it starts when the checkpoint ended inside an epoch and a loader keeps no state
+    rereads_epoch: bool = False
 
 
 @dataclass
