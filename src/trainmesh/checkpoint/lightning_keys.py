@@ -76,7 +76,8 @@ def _optimizer_progress(
         zero_grads = {key: value | {"started": value["ready"]} for key, value in steps.items()}
         return steps, zero_grads, loop.get("batches_stepped", global_step)
     total, current = optimizer["step"]["total"], optimizer["step"]["current"]
-    steps = {"total": _progress(total, total), "current": _progress(current, current)}
+    pending = optimizer["step"].get("pending", 0)  # a step begun, not completed (an exception in its closure)
+    steps = {"total": _progress(total + pending, total), "current": _progress(current + pending, current)}
     zero_grads = {
         key: {"ready": counts["ready"], "completed": counts["completed"], "started": counts["started"]}
         for key, counts in optimizer["zero_grad"].items()

@@ -206,7 +206,7 @@ def _loop_counters(state: LoopState) -> dict[str, dict[str, Any]]:
         "is_last_batch": state.is_last_batch,
     }
     written["optimizer"] = {
-        "step": {"total": state.global_step, "current": counters.epoch_steps},
+        "step": {"total": state.global_step, "current": counters.epoch_steps, "pending": int(counters.step_pending)},
         "zero_grad": {
             "total": vars(counters.zero_grads.total).copy(),
             "current": vars(counters.zero_grads.current).copy(),

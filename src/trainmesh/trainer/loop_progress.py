@@ -103,6 +103,9 @@ class LoopCounters:
     # Lightning's optimizer progress of the fit: the epoch's optimizer steps (the total is global_step)
     # and the zero_grad calls of automatic optimization (one per accumulation window), current per epoch
     epoch_steps: int = 0
+    # an automatic optimizer step begun (its batch's training_step under way) and not yet counted: Lightning's
+    # step.ready is one ahead of completed until then (a checkpoint taken on an exception there holds that)
+    step_pending: bool = False
     zero_grads: Progress = field(default_factory=Progress)
     # steps a program counted by writing manual optimization's total.completed (manual_step_progress.py):
     # in Lightning's total (global_step), not in its current
