@@ -101,6 +101,7 @@ def restore_shown_counts(
 def apply_epoch_loop_start(state: LoopState) -> None:
     """The resumed fit's epoch loop starts (Lightning's ``_TrainingEpochLoop.reset``): its batch counts
     from here (``start_epoch_loop`` follows, once the epoch's validation cadence is known)."""
+    state.progress.current_steps_ready_ahead = 0  # Lightning's reset_on_restart: this epoch's ready is its completed
     at_start = state.loop.epoch_loop_start
     if at_start is not None:
         state.progress.train_batches = at_start.train_batches
