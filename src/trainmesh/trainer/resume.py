@@ -62,9 +62,7 @@ def read_fit_checkpoint(
     ``supervision/preemption.py``). A resume the program names without exact_resume: "last" is
     Lightning's, the newest ``last`` file of this fit's checkpoint folders (``trainer/last_checkpoint.py``)."""
     if ckpt_path is None:
-        reason = runtime.supervision.restart_reason(trainer.default_root_dir)
-        # Any process's reason counts: an elastic agent counts only its own node's restarts.
-        reason = next((r for r in runtime.all_gather_object(reason) if r), None)
+        reason = _restart_reason(trainer, runtime)
         if reason is None:
             return None, None
         places = dataclasses.replace(checkpoint_places(trainer), announce_as=f"trainmesh: {reason}")
@@ -76,7 +74,10 @@ def read_fit_checkpoint(
                 "so that a restart resumes"
             )
         return source, checkpoint
-    if str(ckpt_path) == "last" and getattr(trainer, "_named_resume", False):
+    # a restart, a requeue or the run after a preemption keeps trainmesh's search for a named "last" too: its new
+    # logger version folder holds no last.ckpt, so Lightning's rule would start the restarted run over
+    lightning_last = str(ckpt_path) == "last" and getattr(trainer, "_named_resume", False)
+    if lightning_last and _restart_reason(trainer, runtime) is None:
         chosen = _agreed(runtime, functools.partial(fit_last_checkpoint, trainer) if runtime.is_global_zero else None)
         return (None, None) if chosen is None else (chosen, read(chosen))
     if str(ckpt_path) == "last":
@@ -84,6 +85,13 @@ def read_fit_checkpoint(
     source = resolve_ckpt_path(trainer, ckpt_path)
     assert source is not None  # None only for "last"
     return source, read(source)
+
+
+def _restart_reason(trainer: TrainerView, runtime: Runtime) -> str | None:
+    """Why this run restarts (an elastic restart, a requeue, the run after a preemption), or None; any
+    process's reason counts: an elastic agent counts only its own node's restarts."""
+    reason = runtime.supervision.restart_reason(trainer.default_root_dir)
+    return next((r for r in runtime.all_gather_object(reason) if r), None)
 
 
 _DEFERRED = "trainmesh_read_after_configure_optimizers"
