@@ -255,7 +255,7 @@ def test_last_skips_a_damaged_newest_checkpoint_for_the_newest_complete_one(newe
         match=rf"ckpt_path='last': skipped .*{damaged}.*resuming from the newest "
         rf"complete one, {expected}",
     ):
-        trainer = fit_from("last", default_root_dir=tmp_path)
+        trainer = fit_from("last", default_root_dir=tmp_path, exact_resume=True)  # trainmesh's own "last"
     assert trainer.ckpt_path == str(expected) and trainer.global_step == STEPS + 1
 
 
@@ -269,7 +269,7 @@ def test_last_with_only_damaged_checkpoints_is_never_silent(good, tmp_path, capl
     ):
         quiet_trainer(default_root_dir=tmp_path).validate(DropoutNet(), val, ckpt_path="last")
     with pytest.warns(UserWarning, match=r"ckpt_path='last': no complete checkpoint; skipped .*truncated\?"):
-        trainer = fit_from("last", default_root_dir=tmp_path)
+        trainer = fit_from("last", default_root_dir=tmp_path, exact_resume=True)  # trainmesh's own "last"
     assert trainer.global_step == STEPS + 1 and trainer.ckpt_path is None
     assert f"ckpt_path='last': no complete checkpoint found under {tmp_path}; starting from scratch" in said(caplog)
 

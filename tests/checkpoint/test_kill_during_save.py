@@ -152,6 +152,7 @@ def fit_with_resume(folder: Path, fd: int, *, max_steps: int, background: bool =
         enable_model_summary=False,
         default_root_dir=folder,
         plugins=[AsyncCheckpointIO()] if background else None,
+        exact_resume=True,  # trainmesh's own "last": the newest complete checkpoint (top-k files too)
         callbacks=[
             Reporting(
                 fd, dirpath=folder, monitor="score", mode="max", save_top_k=2, every_n_train_steps=1, save_last=True

@@ -1,6 +1,7 @@
 """Checkpoints written by the Trainer: cadence, atomicity, Ctrl-C, resume from 'last'."""
 
 import csv
+import warnings
 
 import pytest
 import torch
@@ -103,17 +104,24 @@ def test_ctrl_c_ends_cleanly_and_the_last_checkpoint_resumes(tmp_path):
     assert trainer.global_step == 60
 
 
-def test_fit_from_last_with_no_checkpoint_yet_starts_from_scratch(tmp_path, caplog):
-    # A script a scheduler restarts passes ckpt_path="last" every time, the first time included.
+@pytest.mark.parametrize("exact", [False, True])
+def test_fit_from_last_with_no_checkpoint_yet_starts_from_scratch(tmp_path, caplog, exact):
+    # A script a scheduler restarts passes ckpt_path="last" every time, the first time included: Lightning's
+    # warning (a named resume, as Lightning's), or trainmesh's one line with Trainer(exact_resume=True).
     train, val = loaders()
-    trainer = quiet_trainer(max_epochs=1, default_root_dir=tmp_path, enable_checkpointing=True)
-    trainer.fit(DropoutNet(), train, val, ckpt_path="last")
+    trainer = quiet_trainer(max_epochs=1, default_root_dir=tmp_path, enable_checkpointing=True, exact_resume=exact)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(DropoutNet(), train, val, ckpt_path="last")
     assert trainer.global_step == 12
     out = said(caplog)
-    assert f"ckpt_path='last': no checkpoint found under {tmp_path}; starting from scratch" in out
-    assert out.count("starting from scratch") == 1, "one line"
+    lightning_words = '.fit(ckpt_path="last") is set, but there is no last checkpoint available.'
+    assert sum(lightning_words in str(w.message) for w in caught) == (0 if exact else 1)
+    if exact:
+        assert f"ckpt_path='last': no checkpoint found under {tmp_path}; starting from scratch" in out
+        assert out.count("starting from scratch") == 1, "one line"
 
-    restarted = quiet_trainer(max_epochs=2, default_root_dir=tmp_path, enable_checkpointing=True)
+    restarted = quiet_trainer(max_epochs=2, default_root_dir=tmp_path, enable_checkpointing=True, exact_resume=exact)
     restarted.fit(DropoutNet(), train, val, ckpt_path="last")
     assert restarted.global_step == 24, "the restart resumed from the first run's last.ckpt"
     assert "starting from scratch" not in said(caplog)

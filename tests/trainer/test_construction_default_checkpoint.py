@@ -103,11 +103,6 @@ def _second_fit(package, root) -> tuple:
     return trainer.ckpt_path, _last_warnings(caught), files, trainer.global_step, module.layer.weight.detach()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fit(ckpt_path='last') as Lightning's (only last*.ckpt of this fit's ModelCheckpoint folders) is the "
-    "resume-left branch's: with it merged this passes (measured), and the marker goes",
-)
 def test_fit_last_from_a_new_trainer_in_the_same_folder_as_lightning(tmp_path):
     """Lightning trains from scratch (no last checkpoint) where trainmesh resumed the first run's file."""
     *expected, expected_weight = _second_fit(pl, tmp_path / "lightning")

@@ -83,3 +83,40 @@ def test_last_from_a_relative_folder_is_the_absolute_path_lightning_reports(tmp_
         paths.append(trainer.ckpt_path.replace(framework.__name__, "<framework>"))
     assert paths[0] == str(tmp_path / "out_<framework>" / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt")
     assert paths[1] == paths[0]
+
+
+@pytest.mark.parametrize("fixed_folder", [False, True])
+def test_fit_from_last_looks_where_this_fit_saves_as_lightning_s(fixed_folder, tmp_path):
+    """A second Trainer's ``fit(ckpt_path="last")`` (scout-l2 q9): Lightning looks for ``last*.ckpt`` only in the
+    folder its ModelCheckpoint saves to in this fit. In the logger's folder that is a new version folder: its
+    warning, and training from scratch; in a fixed ``dirpath`` it resumes. Before: trainmesh resumed version_0's
+    ``last.ckpt`` in both (other weights). ``Trainer(exact_resume=True)`` keeps trainmesh's search of the run."""
+    x = torch.randn(24, 4, generator=torch.Generator().manual_seed(3))
+    data = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    runs = []
+    for framework, own in ((L, {}), (tm, {}), (tm, {"exact_resume": True})):
+        root = tmp_path / f"{framework.__name__}{len(runs)}"
+        for epochs in (1, 2):
+            torch.manual_seed(epochs)  # each Trainer's model starts elsewhere: a resume shows in the weights
+            model = _module(framework)()
+            checkpoint = framework.callbacks.ModelCheckpoint(
+                dirpath=root / "ck" if fixed_folder else None, save_last=True
+            )
+            trainer = quiet_trainer(
+                framework=framework,
+                max_epochs=epochs,
+                callbacks=[checkpoint],
+                enable_checkpointing=True,
+                logger=framework.loggers.CSVLogger(save_dir=root),
+                **own,
+            )
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                trainer.fit(model, data, ckpt_path="last")
+        said = [str(w.message) for w in caught if "no last checkpoint available" in str(w.message)]
+        runs.append((trainer.ckpt_path and trainer.ckpt_path.replace(str(root), ""), said, model.layer.weight.detach()))
+    lightning, named, exact = runs
+    assert named[:2] == lightning[:2]
+    assert torch.equal(named[2], lightning[2])
+    assert bool(lightning[1]) is not fixed_folder  # a fresh start, warned, in a new version folder
+    assert exact[0] == "/lightning_logs/version_0/checkpoints/last.ckpt" or fixed_folder  # trainmesh's own search

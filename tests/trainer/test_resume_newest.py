@@ -1,4 +1,4 @@
-"""ckpt_path="last" and the automatic resume after a restart: the newest complete checkpoint of
+"""ckpt_path="last" under Trainer(exact_resume=True) and the automatic resume after a restart: the newest complete checkpoint of
 the run by the training position it records, whatever its name, named in one line (issue 27, item 4)."""
 
 import os
@@ -22,13 +22,14 @@ class FirstStep(tm.Callback):
         self.step = trainer.global_step
 
 
-def _fit(folder, epochs, *, save_last, ckpt_path=None):
+def _fit(folder, epochs, *, save_last, ckpt_path=None, exact=True):
     first = FirstStep()
     trainer = quiet_trainer(
         max_epochs=epochs,
         default_root_dir=folder,
         enable_checkpointing=True,
         callbacks=[ModelCheckpoint(dirpath=folder / "ckpts", save_top_k=-1, save_last=save_last), first],
+        exact_resume=exact,  # trainmesh's own "last" (a named "last" without it is Lightning's: last*.ckpt only)
     )
     train, val = loaders()
     trainer.fit(DropoutNet(), train, val, ckpt_path=ckpt_path)
@@ -75,18 +76,22 @@ def test_last_prefers_a_newer_top_k_file_over_an_older_last_ckpt(two_epochs, tmp
     assert f"resuming from {folder / 'ckpts' / 'epoch=1-step=24.ckpt'} (epoch 1, global step 24)" in (said(caplog))
 
 
-def test_restart_resumes_from_the_newest_complete_file_and_says_so(two_epochs, tmp_path, caplog, monkeypatch):
+@pytest.mark.parametrize("named_last", [False, True])
+def test_restart_resumes_from_the_newest_complete_file_and_says_so(
+    two_epochs, tmp_path, caplog, monkeypatch, named_last
+):
     # The automatic resume (fit without ckpt_path) of an elastic restart: the same choice, with a
-    # damaged newer file skipped with a warning that names it.
+    # damaged newer file skipped with a warning that names it. A program that names "last" (without
+    # exact_resume) gets the same after a restart, not Lightning's rule (no last.ckpt here: a fresh start).
     folder = _copy(two_epochs, tmp_path, keep={"epoch=0-step=12.ckpt": "epoch=0-step=12.ckpt"})
     (folder / "ckpts" / "epoch=1-step=24.ckpt").write_bytes(b"torn")
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     with pytest.warns(UserWarning, match=r"skipped .*epoch=1-step=24\.ckpt"):
-        trainer, first = _fit(folder, 2, save_last=True)
+        trainer, first = _fit(folder, 2, save_last=True, ckpt_path="last" if named_last else None, exact=not named_last)
     assert first == 12 and trainer.global_step == 24
+    announced = "ckpt_path='last'" if named_last else "trainmesh: restart 1 of the elastic agent"
     assert (
-        f"trainmesh: restart 1 of the elastic agent: resuming from {folder / 'ckpts' / 'epoch=0-step=12.ckpt'} "
-        "(epoch 0, global step 12)"
+        f"{announced}: resuming from {folder / 'ckpts' / 'epoch=0-step=12.ckpt'} (epoch 0, global step 12)"
     ) in said(caplog)
 
 

@@ -87,7 +87,8 @@ class BaseFinetuning(Callback):
                         configured = len(optimizer.param_groups)
                         # On the optimizer itself: the Trainer's wrapper would take the attribute as its own.
                         optimizer.param_groups = param_groups
-                        _unfreeze_added(param_groups[configured:])
+                        if not getattr(trainer, "_named_resume", False):
+                            _unfreeze_added(param_groups[configured:])
             self._restarting = False
 
     @staticmethod
@@ -225,10 +226,12 @@ class BaseFinetuning(Callback):
 
 
 def _unfreeze_added(groups: list[dict[str, Any]]) -> None:
-    """A deliberate difference from Lightning 2.6, whose resume rebuilds the param groups that
-    finetuning added but leaves their parameters as ``freeze_before_training`` left them, frozen: the
-    resumed fit never trains them (its learning rate still grows). Here they train, as in the fit
-    that never stopped (tests/callbacks/test_finetuning.py)."""
+    """trainmesh's exact resume (``Trainer(exact_resume=True)``, an automatic restart): the groups
+    finetuning added train, as in the fit that never stopped. Lightning 2.6's resume, which a
+    ``ckpt_path`` the program names follows, rebuilds them but leaves their parameters as
+    ``freeze_before_training`` left them, frozen: the resumed fit never trains them (their learning
+    rate still grows), and so trainmesh's named resume does not either (its weights are Lightning's:
+    tests/callbacks/test_finetuning.py)."""
     for group in groups:
         for param in group["params"]:
             param.requires_grad = True

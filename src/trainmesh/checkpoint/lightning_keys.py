@@ -76,7 +76,9 @@ def _optimizer_progress(
         zero_grads = {key: value | {"started": value["ready"]} for key, value in steps.items()}
         return steps, zero_grads, loop.get("batches_stepped", global_step)
     total, current = optimizer["step"]["total"], optimizer["step"]["current"]
-    steps = {"total": _progress(total, total), "current": _progress(current, current)}
+    # ready ahead of completed: a step begun (an exception in its closure), or as a resumed fit restored it
+    ahead_total, ahead_current = optimizer["step"].get("ahead", (0, 0))
+    steps = {"total": _progress(total + ahead_total, total), "current": _progress(current + ahead_current, current)}
     zero_grads = {
         key: {"ready": counts["ready"], "completed": counts["completed"], "started": counts["started"]}
         for key, counts in optimizer["zero_grad"].items()

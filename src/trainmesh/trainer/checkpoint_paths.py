@@ -4,6 +4,7 @@ over this set-up's folders, validate/test/predict's default, interrupted saves r
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any
 
@@ -47,7 +48,28 @@ def resolve_ckpt_path(
     (``checkpoint.resolve_checkpoint``, over this trainer's :func:`checkpoint_places`)."""
     if str(ckpt_path) == "best":
         check_best_known(trainer, trainer.stage or "fit")  # Lightning's checks and words first
+    if str(ckpt_path) == "hpc":
+        return hpc_checkpoint(trainer, trainer.stage or "fit")
     return resolve_checkpoint(ckpt_path, checkpoint_places(trainer), allow_fresh_start=allow_fresh_start)
+
+
+def hpc_checkpoint(trainer: TrainerView, stage: str) -> str:
+    """``ckpt_path="hpc"`` as Lightning 2.6's checkpoint connector reads it (``_hpc_resume_path``): the
+    ``hpc_ckpt_<N>.ckpt`` of ``default_root_dir`` with the highest N (the digits of the name after
+    ``hpc_ckpt_``), else its ValueError."""
+    folder = str(trainer.default_root_dir)
+    versions = []
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            digits = re.sub("[^0-9]", "", name.split("hpc_ckpt_")[-1]) if "hpc_ckpt_" in name else ""
+            if digits:
+                versions.append(int(digits))
+    if not versions:
+        raise ValueError(
+            f'`.{stage}(ckpt_path="hpc")` is set but no HPC checkpoint was found.'
+            f" Please pass an exact checkpoint path to `.{stage}(ckpt_path=...)`"
+        )
+    return os.path.join(folder, f"hpc_ckpt_{max(versions)}.ckpt")
 
 
 def evaluation_ckpt_path(trainer: TrainerView, stage: str, model: Any, ckpt_path: Any) -> Any:

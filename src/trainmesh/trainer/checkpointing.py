@@ -28,6 +28,7 @@ from trainmesh.trainer.finite_loss import verify_finite_losses
 from trainmesh.trainer.hooks import warn_returned_callback_state
 from trainmesh.trainer.lightning_resume import loop_entry_of, resumable_lightning_checkpoint
 from trainmesh.trainer.loader_states import train_loader_states
+from trainmesh.trainer.loop_progress import saved_step_counts
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.exceptions import MisconfigurationException
@@ -202,7 +203,7 @@ def _loop_counters(state: LoopState) -> dict[str, dict[str, Any]]:
         "is_last_batch": state.is_last_batch,
     }
     written["optimizer"] = {
-        "step": {"total": state.global_step, "current": counters.epoch_steps},
+        "step": saved_step_counts(state.global_step, counters),
         "zero_grad": {
             "total": vars(counters.zero_grads.total).copy(),
             "current": vars(counters.zero_grads.current).copy(),

@@ -70,3 +70,24 @@ def run_searches(ctx: LoopContext, fit_data: FitData, train: TrainLoop) -> None:
         finder.searched(result)
         if early_exit:
             raise TunerExit
+
+
+def after_searches(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str) -> dict[str, Any] | None:
+    """The checkpoint whose training state the fit restores after ``on_fit_start``, as Lightning 2.6.6 does
+    once an in-fit finder searched: the search's restore of its temporary checkpoint took the place of
+    the fit's (its checkpoint connector's ``_ckpt_path``, the loaded checkpoint cleared), so a fit resumed
+    from a ``ckpt_path`` the program named keeps the weights and callback states restored before
+    ``on_fit_start`` but starts its loops, optimizers and schedulers afresh, and names the search's file in
+    ``trainer.ckpt_path`` and in one more "Restored all states" line (a fit without ``ckpt_path`` too).
+    ``Trainer(exact_resume=True)``: the named checkpoint's training state is restored after the search."""
+    from trainmesh.trainer.resume import say_restored
+
+    state = ctx.state
+    searched = state.ckpt_path if state.ckpt_path and state.ckpt_path != (source or None) else None
+    if searched is None:
+        return checkpoint
+    if checkpoint is None or (state.named_resume and ctx.modules_restored):
+        say_restored(searched, fitting=True)
+        return None
+    state.ckpt_path = source  # restored below, the search's file forgotten
+    return checkpoint

@@ -37,7 +37,7 @@ from trainmesh.trainer.model_mode import warn_of_modules_in_eval_mode
 from trainmesh.trainer.optimization import runners
 from trainmesh.trainer.optimization.closure import batch_end_outputs, epoch_end_output
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call
-from trainmesh.trainer.restart_counts import apply_epoch_loop_start, start_epoch_loop
+from trainmesh.trainer.restart_counts import apply_epoch_loop_start, start_epoch_loop, warn_if_loader_not_resumable
 from trainmesh.trainer.results import LogCollector, StageResults
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import warn_if_max_epochs_unset
@@ -52,7 +52,7 @@ def run_fit(ctx: LoopContext, checkpoint: dict[str, Any] | None, source: str) ->
     fit_data = ctx.state.fit_data
     assert fit_data is not None, "stage_setup.prepare_stage made the fit's FitData"
     warn_if_max_epochs_unset(ctx.settings)
-    resume_rng = begin_fit(ctx, fit_data, checkpoint, source, train)
+    resume_rng, checkpoint = begin_fit(ctx, fit_data, checkpoint, source, train)
     # Lightning's file, or a named resume (as Lightning's): the loaders' saved states (loader_states.py)
     if checkpoint is not None and ("loop" not in checkpoint or (ctx.state.named_resume and "loops" in checkpoint)):
         ctx.state.loop.loader_states = states_to_load(checkpoint, iteration_based=ctx.settings.max_steps != -1)
@@ -249,6 +249,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     batches = opened.batches if opened is not None and opened.batches is not None else _open_epoch(state, loader, None)
     val_every = val_check_batches(state, ctx.settings, fit_data)
     if opened is not None:
+        warn_if_loader_not_resumable(state, ctx.settings, loader)
         start_epoch_loop(state, ctx.settings, val_every)
     if opened is not None and not mid_epoch_resume and fit_data.validates_first(val_every):
         # Lightning 1.x's trainer.tune searches validate before their first batch (fit_data.py)

@@ -28,6 +28,14 @@ def stateful_loaders(loader: Any) -> list[Any]:
     return [each for each in loaders if _is_stateful(each)]
 
 
+def all_stateful(loader: Any) -> bool:
+    """Lightning's ``is_resumable_loader``: every loader of fit's train loader keeps a state."""
+    inner = getattr(loader, "loader", loader)
+    combined = getattr(inner, "combined", inner)
+    flattened = getattr(combined, "flattened", None)
+    return all(_is_stateful(each) for each in (flattened if isinstance(flattened, list) else [inner]))
+
+
 def train_loader_states(loader: Any) -> list[dict[str, Any]]:
     """What Lightning's ``loops`` entry holds as ``combined_loader`` (empty: no such entry)."""
     return [each.state_dict() for each in stateful_loaders(loader)] if loader is not None else []

@@ -81,6 +81,9 @@ class EpochLoopStart:
     # the batch's end: a validation, an epoch end), "inside" (inside a batch: on_exception), "" (no restart)
     stage: str
     window_ended: bool  # the saved batch ended an accumulation window (Lightning's not _should_accumulate)
+    # Lightning's restart re-reads the epoch from its loader (a named resume, or Lightning's file): it warns as
+    # it starts when the checkpoint ended inside an epoch and a loader keeps no state
+    rereads_epoch: bool = False
 
 
 @dataclass
@@ -100,6 +103,13 @@ class LoopCounters:
     # Lightning's optimizer progress of the fit: the epoch's optimizer steps (the total is global_step)
     # and the zero_grad calls of automatic optimization (one per accumulation window), current per epoch
     epoch_steps: int = 0
+    # an automatic optimizer step begun (its batch's training_step under way) and not yet counted: Lightning's
+    # step.ready is one ahead of completed until then (a checkpoint taken on an exception there holds that)
+    step_pending: bool = False
+    # a resumed fit's Lightning step.ready ahead of completed as restored (total: for the whole fit; current:
+    # until its epoch loop starts, whose reset_on_restart evens it)
+    steps_ready_ahead: int = 0
+    current_steps_ready_ahead: int = 0
     zero_grads: Progress = field(default_factory=Progress)
     # steps a program counted by writing manual optimization's total.completed (manual_step_progress.py):
     # in Lightning's total (global_step), not in its current
@@ -130,7 +140,13 @@ def restore_optimizer_progress(counters: LoopCounters, checkpoint: Any) -> None:
     checkpoint's Lightning ``loops`` entry, as Lightning's restart reads them); none where it has none."""
     saved = _saved_fit_loop(checkpoint).get("epoch_loop.automatic_optimization.optim_progress", {})
     optimizer = saved.get("optimizer", {}) if isinstance(saved, dict) else {}
-    counters.epoch_steps = int(optimizer.get("step", {}).get("current", {}).get("completed", 0))
+    step = optimizer.get("step", {})
+    counters.epoch_steps = int(step.get("current", {}).get("completed", 0))
+    ahead = [
+        max(0, int(step.get(key, {}).get("ready", 0)) - int(step.get(key, {}).get("completed", 0)))
+        for key in ("total", "current")
+    ]
+    counters.steps_ready_ahead, counters.current_steps_ready_ahead = ahead
     zero_grad = optimizer.get("zero_grad", {})
     total, current = (int(zero_grad.get(key, {}).get("completed", 0)) for key in ("total", "current"))
     counters.zero_grads = Progress(total=Counts.at(total), current=Counts.at(current))
@@ -145,3 +161,11 @@ def scheduler_progress_of(checkpoint: Any) -> Progress:
         return Progress()
     total, current = (int(saved.get(key, {}).get("completed", 0)) for key in ("total", "current"))
     return Progress(total=Counts(ready=total, completed=total), current=Counts(ready=current, completed=current))
+
+
+def saved_step_counts(global_step: int, counters: LoopCounters) -> dict[str, Any]:
+    """The fit's optimizer steps as a checkpoint holds them: done (total, this epoch's), and how many
+    more Lightning counts ready (a step begun and not completed, the offset a resumed fit keeps)."""
+    pending = int(counters.step_pending)
+    ahead = [counters.steps_ready_ahead + pending, counters.current_steps_ready_ahead + pending]
+    return {"total": global_step, "current": counters.epoch_steps, "ahead": ahead}

@@ -296,8 +296,20 @@ class TrainingEpochLoopView(_View):
         whose total is ``global_step``; 0 under manual optimization, as Lightning's)."""
         module = cast(Any, self._owner).lightning_module
         automatic = module is None or module.automatic_optimization
-        total, current = (self._owner.global_step, self._counters.epoch_steps) if automatic else (0, 0)
-        step = ProgressCopy(Tracker(total, total, total, total), Tracker(current, current, current, current), False)
+        counters = self._counters
+        total, current = (self._owner.global_step, counters.epoch_steps) if automatic else (0, 0)
+        # ready ahead of completed: a step begun (its closure running) or the offset a resumed fit restored
+        pending = int(counters.step_pending) if automatic else 0
+        ahead = (
+            (counters.steps_ready_ahead + pending, counters.current_steps_ready_ahead + pending)
+            if automatic
+            else (0, 0)
+        )
+        step = ProgressCopy(
+            Tracker(total + ahead[0], total, total, total),
+            Tracker(current + ahead[1], current, current, current),
+            False,
+        )
         zero_grad = ProgressCopy.of(self._counters.zero_grads, is_last_batch=False)
         return SimpleNamespace(optim_progress=OptimizationProgressCopy(OptimizerProgressCopy(step, zero_grad)))
 

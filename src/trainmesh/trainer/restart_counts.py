@@ -85,6 +85,8 @@ def restore_shown_counts(
         stage=_stage(batches, restarting),
         # Lightning's _should_accumulate as its restart reads it: the saved batch stepped unless inside a window
         window_ended=ready % accumulate == 0 or batches.is_last_batch or ready >= state.num_training_batches,
+        # as fit_loop.run_fit loads the loaders' states: Lightning's file, or a named resume (not an exact one)
+        rereads_epoch=restarting and ("loop" not in checkpoint or state.named_resume),
     )
     if at_start.stage == "inside":  # Lightning's reset_on_restart: the batch counts again, its total keeps the try
         current = Counts.at(batches.current.completed)
@@ -99,9 +101,33 @@ def restore_shown_counts(
 def apply_epoch_loop_start(state: LoopState) -> None:
     """The resumed fit's epoch loop starts (Lightning's ``_TrainingEpochLoop.reset``): its batch counts
     from here (``start_epoch_loop`` follows, once the epoch's validation cadence is known)."""
+    state.progress.current_steps_ready_ahead = 0  # Lightning's reset_on_restart: this epoch's ready is its completed
     at_start = state.loop.epoch_loop_start
     if at_start is not None:
         state.progress.train_batches = at_start.train_batches
+
+
+def warn_if_loader_not_resumable(state: LoopState, settings: LoopSettings, loader: Any) -> None:
+    """Lightning 2.6's restarted epoch loop (``_TrainingEpochLoop.reset``): a checkpoint whose global step
+    ends inside an epoch, resumed by re-reading the epoch from a loader that keeps no state (not every one
+    of its loaders has ``state_dict``/``load_state_dict``), is said to be unreliable, in its words.
+    trainmesh's exact resume (``exact_resume=True``, a restart) replays the epoch's data itself: no warning."""
+    from trainmesh.trainer.loader_states import all_stateful
+    from trainmesh.utilities.rank_zero import rank_zero_warn
+    from trainmesh.utilities.warnings import PossibleUserWarning
+
+    at_start = state.loop.epoch_loop_start
+    if at_start is None or not at_start.rereads_epoch or state.num_training_batches == math.inf:
+        return
+    expected_steps = math.ceil(state.num_training_batches / settings.accumulate_grad_batches)
+    if state.global_step % expected_steps != 0 and not all_stateful(loader):
+        rank_zero_warn(
+            "You're resuming from a checkpoint that ended before the epoch ended and your dataloader is"
+            " not resumable. This can cause unreliable results if further training is done."
+            " Consider using an end-of-epoch checkpoint or make your dataloader resumable by implementing"
+            " the `state_dict` / `load_state_dict` interface.",
+            category=PossibleUserWarning,
+        )
 
 
 def start_epoch_loop(state: LoopState, settings: LoopSettings, val_every: int | float | None) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints, check_weights_only
 from trainmesh.trainer.checkpoint_paths import checkpoint_places, resolve_ckpt_path
+from trainmesh.trainer.last_checkpoint import fit_last_checkpoint
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_zero_info
@@ -57,11 +58,11 @@ def read_fit_checkpoint(
 ) -> tuple[str | None, dict[str, Any] | None]:
     """The checkpoint ``fit(ckpt_path=...)`` resumes from and its contents; (None, None) for a
     fresh start. Without ``ckpt_path``: a first start, or after a preemption, a restart or a
-    requeue what ``ckpt_path="last"`` finds (see ``supervision/preemption.py``)."""
+    requeue what ``Trainer(exact_resume=True)``'s ``ckpt_path="last"`` finds (see
+    ``supervision/preemption.py``). A resume the program names without exact_resume: "last" is
+    Lightning's, the newest ``last`` file of this fit's checkpoint folders (``trainer/last_checkpoint.py``)."""
     if ckpt_path is None:
-        reason = runtime.supervision.restart_reason(trainer.default_root_dir)
-        # Any process's reason counts: an elastic agent counts only its own node's restarts.
-        reason = next((r for r in runtime.all_gather_object(reason) if r), None)
+        reason = _restart_reason(trainer, runtime)
         if reason is None:
             return None, None
         places = dataclasses.replace(checkpoint_places(trainer), announce_as=f"trainmesh: {reason}")
@@ -73,11 +74,24 @@ def read_fit_checkpoint(
                 "so that a restart resumes"
             )
         return source, checkpoint
+    # a restart, a requeue or the run after a preemption keeps trainmesh's search for a named "last" too: its new
+    # logger version folder holds no last.ckpt, so Lightning's rule would start the restarted run over
+    lightning_last = str(ckpt_path) == "last" and getattr(trainer, "_named_resume", False)
+    if lightning_last and _restart_reason(trainer, runtime) is None:
+        chosen = _agreed(runtime, functools.partial(fit_last_checkpoint, trainer) if runtime.is_global_zero else None)
+        return (None, None) if chosen is None else (chosen, read(chosen))
     if str(ckpt_path) == "last":
         return _read_last(checkpoint_places(trainer), runtime, read, allow_fresh_start=True)
     source = resolve_ckpt_path(trainer, ckpt_path)
     assert source is not None  # None only for "last"
     return source, read(source)
+
+
+def _restart_reason(trainer: TrainerView, runtime: Runtime) -> str | None:
+    """Why this run restarts (an elastic restart, a requeue, the run after a preemption), or None; any
+    process's reason counts: an elastic agent counts only its own node's restarts."""
+    reason = runtime.supervision.restart_reason(trainer.default_root_dir)
+    return next((r for r in runtime.all_gather_object(reason) if r), None)
 
 
 _DEFERRED = "trainmesh_read_after_configure_optimizers"

@@ -96,6 +96,13 @@ class TrainerFields(LightningMembers):
     datamodule: StateField[Any] = StateField("_state")
 
     @property
+    def _named_resume(self) -> bool:
+        """This fit resumes a ``ckpt_path`` the program named as Lightning resumes it (not
+        ``Trainer(exact_resume=True)``, nor an automatic restart): what trainmesh's own callbacks
+        that differ between the two read (callbacks/finetuning.py)."""
+        return bool(self._state.named_resume)
+
+    @property
     def optimizers(self) -> list[Any]:
         """Lightning's ``trainer.optimizers``: the objects ``configure_optimizers`` returned (the run
         steps them through its own wrappers, ``LoopState.optimizers``, which programs never see)."""

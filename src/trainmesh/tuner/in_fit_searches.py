@@ -57,6 +57,9 @@ def scale_batch_size(
         trials.fit_data.val_loaders(reload=True)  # the fit's (it asks for none after)
     trials.restore()
     temporary_checkpoint.restored(path)
+    trials.ctx.state.ckpt_path = (
+        path  # as Lightning's restore sets its _ckpt_path: what the fit then names (finder_runs)
+    )
     return found
 
 
@@ -92,6 +95,9 @@ def lr_find(
     finder.results = ctx.runtime.broadcast(finder.results, 0)
     trials.restore()
     temporary_checkpoint.restored(path)
+    trials.ctx.state.ckpt_path = (
+        path  # as Lightning's restore sets its _ckpt_path: what the fit then names (finder_runs)
+    )
     source = trials.fit_data.source
     if "train" in source.given:  # a loader given to fit: Lightning's fit loop reads it again
         loader = source.given["train"]

@@ -58,6 +58,8 @@ class AutomaticRunner:
             steps.disarm_zero_grad()
         else:
             steps.arm_zero_grad(batch_idx)
+        # Lightning's optimizer step progress counts the step ready before its closure trains the batch
+        steps.ctx.state.progress.step_pending = steps_now
         if steps_now and steps.through_hook:
             result = steps.step_through_hook(batch_idx, functools.partial(steps.train, batch, batch_idx, True))
             assert result is not None  # the first closure trains, and it ran (checked)

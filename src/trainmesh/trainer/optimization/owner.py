@@ -215,6 +215,7 @@ class OptimizerSteps:
     def stepped(self, batch_idx: int) -> None:
         state = self.ctx.state
         count_optimizer_steps(state)  # (count_steps's, called directly: one Python call fewer per step)
+        state.progress.step_pending = False
         if state.lr_scheduler_configs:  # none configured: no call per step
             self.step_schedulers(batch_idx)
 
