@@ -8,7 +8,9 @@ them in its ddp leg; test_hand_updates.py probes them on one process).
   count alone from the second step on, whose copies agree (each process counts its part): before, 2 x 16 trained
   with a count half Keras', silently; the probe runs the step again at the first epoch's end (hand_updates.moved_by_hand).
   ``rescaled``: a trainable kernel rescaled by hand from the batch beside apply (before: the ranks 1.9e-3 apart,
-  silently): stopped at the first epoch's end, the trainable variables' copies apart.
+  silently): stopped at the first epoch's end, the trainable variables' copies apart. ``statistic``: a trainable
+  variable no backward pass reaches, assigned from the batch's mean (keras-io's GAN with adaptive augmentation
+  assigns its trainable ``probability`` from the batch's accuracy): refused before start, named.
 - ``target_step``: BYOL-style, a target copy moved towards the model by ``assign`` and a count of steps
   (``assign_add(1)``): the same on every process, not refused.
 """
@@ -26,10 +28,11 @@ from keras import ops  # noqa: E402
 class HandUpdatedStep(keras.Model):
     """keras-io's custom ``train_step`` (torch) updating, after the optimizer, variables of its own."""
 
-    def __init__(self, body, target=False, later=False, count_only=False, rescaled=False, **kwargs):
+    def __init__(self, body, target=False, later=False, count_only=False, rescaled=False, statistic=False, **kwargs):
         super().__init__(**kwargs)
         self.body, self.target, self.later, self.count_only, self.rescaled = body, target, later, count_only, rescaled
         features = body.inputs[0].shape[-1]
+        self.statistic = self.add_weight(shape=(), initializer="zeros", name="statistic") if statistic else None
         self.centre = self.add_weight(shape=(features,), initializer="zeros", trainable=False, name="centre")
         self.seen = self.add_weight(shape=(), initializer="zeros", trainable=False, name="seen")
 
@@ -47,7 +50,9 @@ class HandUpdatedStep(keras.Model):
         weights = self.body.trainable_weights
         with torch.no_grad():
             self.optimizer.apply([w.value.grad for w in weights], weights)
-            if self.rescaled:  # a trainable kernel rescaled by hand from the batch, beside apply
+            if self.statistic is not None:  # trainable, assigned from the batch, read by no loss
+                self.statistic.assign(0.9 * self.statistic + 0.1 * ops.mean(x))
+            elif self.rescaled:  # a trainable kernel rescaled by hand from the batch, beside apply
                 kernel = self.body.weights[0]
                 kernel.assign(kernel * (1.0 - 0.01 * ops.mean(ops.abs(x))))
             elif self.target:  # moved towards the model's weights, and a count of the steps
@@ -60,12 +65,16 @@ class HandUpdatedStep(keras.Model):
         return self.compute_metrics(x, y, y_pred)
 
 
-def hand_updated(batch: int, target=False, samples=64, later=False, count_only=False, rescaled=False) -> dict:
+def hand_updated(  # noqa: PLR0913 -- the variants
+    batch: int, target=False, samples=64, later=False, count_only=False, rescaled=False, statistic=False
+) -> dict:
     import keras_random_programs as programs
 
     programs.fresh()
     body = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)])
-    model = HandUpdatedStep(body, target=target, later=later, count_only=count_only, rescaled=rescaled)
+    model = HandUpdatedStep(
+        body, target=target, later=later, count_only=count_only, rescaled=rescaled, statistic=statistic
+    )
     model.build((None, 6))  # the probe leaves a model Keras' build leaves unbuilt alone
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
     x, y = programs.data(samples)

@@ -37,3 +37,18 @@ def test_a_variable_updated_from_the_batch_is_refused_and_one_updated_alike_is_n
     assert "keras.metrics.Mean" in reason and "or run on one process" in reason
     program = programs.hand_updated(16, target=True)
     assert refusal(program["model"], program["fit"]["x"], program["fit"]["y"], None, None, world=2) is None
+
+
+def test_a_trainable_variable_no_backward_pass_reaches_assigned_from_the_batch_is_refused():
+    """keras-io's GAN with adaptive augmentation (generative/gan_ada) assigns its trainable ``probability`` from
+    the batch's accuracy of the discriminator: before, the probe compared non-trainable variables only, and 2 x 16
+    stopped at the first epoch's end with the trainable variables' sums "7.50e-02 apart", unnamed (k-progs7). A
+    trainable variable no backward pass reaches is compared now: refused before start, named."""
+    import keras_hand_update_programs as programs
+
+    from trainmesh.keras.step_probe import refusal
+
+    program = programs.hand_updated(16, statistic=True)
+    fit = program["fit"]
+    reason = refusal(program["model"], fit["x"], fit["y"], None, None, world=2)
+    assert reason is not None and "'hand_updated_step/statistic' by hand" in reason, reason

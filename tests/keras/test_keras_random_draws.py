@@ -96,11 +96,12 @@ def test_each_process_draws_its_rows_of_one_process_s_draw(ddp, name):
         # the probe runs the step again at the first epoch's end
         ("count_later_step", ("updates the variable 'hand_updated_step/seen' by hand", "keras.metrics.Mean")),
         # a trainable kernel rescaled by hand from the batch beside apply (before: ranks 1.9e-3 apart, silently):
-        # stopped after the first step (before: at the first epoch's end)
+        # stopped after the first step (before: at the first epoch's end), named (before k-progs7: unnamed)
         (
             "rescaled_step",
             (
                 "trainable variables of the model are apart between the processes after training step 1",
+                "'sequential/dense/kernel' the most",
                 "kernel_constraint",
             ),
         ),
@@ -148,3 +149,25 @@ def test_the_added_loss_probe_leaves_the_model_as_it_was():
         refuse_batch_sums(summed, x, world=2)
     assert all(np.array_equal(a, np.array(v.numpy())) for a, v in zip(before, model.variables, strict=True))
     assert torch.equal(generator, torch.get_rng_state())
+
+
+def test_an_activity_regularizer_that_is_no_mean_is_named_with_keras_division():
+    """keras-io's PointNet regularizes a Dense layer's output with an OrthogonalRegularizer of its own; Keras 3
+    divides an activity regularizer's value by the batch size, so one returning ops.mean (or coupling samples)
+    is no mean over the batch. Refused as before, now naming the layer and that division (before: "Make it a mean
+    over the batch (ops.mean instead of ops.sum ...)", which Keras' division turns into no mean again, k-progs7)."""
+    import keras
+    from trainmesh.keras.added_losses import refuse_batch_sums
+
+    def mean_penalty(x):
+        return 1e-2 * keras.ops.mean(keras.ops.square(x))
+
+    inputs = keras.Input((6,))
+    outputs = keras.layers.Dense(1)(keras.layers.Dense(4, activity_regularizer=mean_penalty, name="penalised")(inputs))
+    model = keras.Model(inputs, outputs)
+    x = np.random.default_rng(0).normal(size=(8, 6)).astype("float32")
+    with pytest.raises(ValueError, match="activity_regularizer of layer 'penalised'") as refused:
+        refuse_batch_sums(model, x, world=2)
+    assert "whose value Keras divides by the batch size" in str(refused.value) and "ops.mean instead" not in str(
+        refused.value
+    )

@@ -86,11 +86,38 @@ def refuse_batch_sums(model: Any, x: Any, world: int) -> None:
     kind = (
         "a sum over the samples" if np.isclose(pair, one + two, rtol=1e-4, atol=1e-6) else "not a mean over the batch"
     )
+    layer = _activity_regularized(model, index)
+    fix = (
+        "Make it a mean over the batch (ops.mean instead of ops.sum, or divide by the batch size, as Keras' "
+        "activity_regularizer does), or run on one process"
+    )
+    if layer is not None:  # Keras divides the regularizer's value by the batch size: ops.mean would divide twice
+        fix = (
+            f"It is the activity_regularizer of layer {layer.name!r} ({_named(layer.activity_regularizer)}), "
+            "whose value Keras divides by the batch size: return a sum over the samples of terms each of one sample "
+            "alone (a term coupling two samples, such as ops.tensordot over the batch axis, is no mean whatever "
+            "its reduction), or run on one process"
+        )
     raise ValueError(
         f"the model adds a loss in its call (add_loss; model.losses[{index}]) that is {kind}: on two samples together it is {pair:.6g}, on each alone {one:.6g} and {two:.6g} (a mean would be "
         f"{(one + two) / 2:.6g}). Under {world} processes each process adds it for its own part of every global "
         "batch and the processes' gradients are averaged, so this term would weigh other than in one process "
-        "at the global batch (a sum: 1/N of it), silently, and so would the loss logged. Make it a mean over "
-        "the batch (ops.mean instead of ops.sum, or divide by the batch size, as Keras' activity_regularizer "
-        "does), or run on one process"
+        f"at the global batch (a sum: 1/N of it), silently, and so would the loss logged. {fix}"
     )
+
+
+def _activity_regularized(model: Any, index: int) -> Any:
+    """The layer whose own losses hold ``model.losses[index]`` (in the order of Keras' ``Layer.losses``), where
+    it has an activity_regularizer; else None. Before, keras-io's PointNet (an OrthogonalRegularizer) was told
+    to use ops.mean, which Keras' division by the batch size makes no mean either (k-progs7)."""
+    for layer in [model, *model._flatten_layers(include_self=False)]:
+        own = len(layer._get_own_losses())
+        if index < own:
+            return layer if getattr(layer, "activity_regularizer", None) is not None else None
+        index -= own
+    return None
+
+
+def _named(regularizer: Any) -> str:
+    """A regularizer function's name, or its class's."""
+    return getattr(regularizer, "__name__", None) or type(regularizer).__name__

@@ -15,7 +15,8 @@ not its value after the whole batch follows the batch (a counter of steps, or a 
 the online one by ``assign``, is the same after each run, and the same on every process in the run). Such a
 step is refused on every process, naming the variable and what to do instead. Seed generators' states are
 left out: the probe replays the whole batch's draws in the halves (step_probe.py), and the run draws what one
-process draws on every process (draws.py). Trainable variables are left to sync.py's check that a step applied a Keras
+process draws on every process (draws.py). Trainable variables no backward pass reached are compared too (a step assigning one
+from its batch); those a backward pass reached are left to sync.py's check that a step applied a Keras
 optimizer (a torch optimizer stepping them is stopped after the first step).
 
 A step that updates such a variable only from a later step on (not at the step the probe runs) is caught after
@@ -35,16 +36,28 @@ class HandUpdated(Exception):
     """args[0]: the path of a variable the step updates by hand from its batch."""
 
 
-def values(model: Any) -> list[tuple[str, torch.Tensor]]:
-    """Every non-trainable model variable's path and value now (a run of the probe has just ended), but seed generators'."""
+def values(model: Any, *, unreached: bool = False) -> list[tuple[str, torch.Tensor]]:
+    """Every non-trainable model variable's path and value now (a run of the probe has just ended), but seed
+    generators'; with ``unreached``, the trainable ones no backward pass of the run reached too (no ``.grad``):
+    keras-io's GAN with adaptive augmentation assigns its trainable ``probability`` from the batch's accuracy
+    (before: stopped only at the first epoch's end, unnamed: "the trainable variables ... apart"). Those a
+    backward pass reached are the optimizer's (the probe applies nothing) or a torch optimizer's (stopped
+    elsewhere); an EMA copy of them assigned by hand stays where it was, as they do."""
     seeds = {
         id(generator.state) for layer in model._flatten_layers() for generator in getattr(layer, "_seed_generators", ())
     }
-    return [(v.path, v.value.detach().clone()) for v in model.non_trainable_variables if id(v) not in seeds]
+    chosen = list(model.non_trainable_variables)
+    if unreached:
+        chosen += [v for v in model.trainable_variables if v.value.grad is None]
+    return [(v.path, v.value.detach().clone()) for v in chosen if id(v) not in seeds]
 
 
 def refuse_batch_dependent(whole: list[tuple[str, torch.Tensor]], halves: list[list[tuple[str, torch.Tensor]]]) -> None:
-    """Raise ``HandUpdated`` for the first variable whose value after a half differs from the whole's."""
+    """Raise ``HandUpdated`` for the first variable whose value after a half differs from the whole's (the
+    runs list the same variables in the same order: one step, the same backward passes; else not compared)."""
+    for half in halves:
+        if [path for path, _ in half] != [path for path, _ in whole]:
+            return
     for index, (path, value) in enumerate(whole):
         for half in halves:
             other = half[index][1]
@@ -113,13 +126,14 @@ def refuse_parted(runtime: Any, model: Any, skip: list[Any], step: int | None = 
         return
     zeros = broadcast_from_zero(runtime, [v.value for v in variables] + ([_summary(trainable)] if trainable else []))
     gaps = [(z.float() - v.value.float()).abs().max() for z, v in zip(zeros, variables, strict=False)]
-    if trainable:
-        gaps.append((zeros[-1] - _summary(trainable)).abs().max().float())
+    if trainable:  # one gap per trainable variable: the refusal names the first apart
+        gaps.extend((zeros[-1] - _summary(trainable)).abs().amax(dim=1).float())
     apart = all_reduce_sum(runtime, [torch.stack(gaps)])[0]
     parted = [(v.path, float(a)) for v, a in zip(variables, apart[: len(variables)], strict=True) if float(a) > 0]
     when = "at the end of a training epoch" if step is None else f"after training step {step}"
-    if trainable and float(apart[-1]) > 0:  # the trainable variables, which the averaged gradients keep bit-identical
-        raise ValueError(_trainable_apart(float(apart[-1]), when))
+    if trainable and float(apart[len(variables) :].max()) > 0:  # which the averaged gradients keep bit-identical
+        most, row = apart[len(variables) :].max(dim=0)
+        raise ValueError(_trainable_apart(float(most), trainable[int(row)].path, when))
     if parted:
         path, gap = parted[0]
         raise ValueError(
@@ -141,10 +155,10 @@ def _summary(trainable: list[Any]) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def _trainable_apart(gap: float, when: str) -> str:
+def _trainable_apart(gap: float, path: str, when: str) -> str:
     return (
         f"the trainable variables of the model are apart between the processes {when} "
-        f"(their sums {gap:.2e} apart): trainmesh averages the gradients an optimizer's apply is given, so the "
+        f"({path!r} the most, its sums {gap:.2e} apart): trainmesh averages the gradients an optimizer's apply is given, so the "
         f"copies stay bit-identical unless a step of yours assigns a trainable variable by hand (assign, "
         "assign_sub: a constraint or a rescaling of its own from its batch) beside the optimizer's apply; each "
         "process then changes its copy from its own part of the batch, and the run differs from one process's. "

@@ -41,13 +41,31 @@ def _first_samples(x: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any] |
     keras = require_keras()
     from trainmesh.keras.batches import is_batches
 
-    if is_batches(x) or y is not None:
+    if is_batches(x) and (inputs := _inputs_only(x)) is not None:  # keras-io's siamese triplets, an autoencoder's
+        x, y = inputs, None
+    elif is_batches(x) or y is not None:
         batch = probe_batch(x, y)
         return None if batch is None else (*batch, None if is_batches(x) else sample_weight)
     leaves = keras.tree.flatten(x) if x is not None else []
     if not leaves or not all(hasattr(leaf, "shape") and len(leaf.shape) and len(leaf) >= 2 for leaf in leaves):
         return None
     return keras.tree.map_structure(lambda leaf: np.asarray(leaf[:PROBED_SAMPLES]), x), None, sample_weight
+
+
+def _inputs_only(data: Any) -> Any:
+    """The inputs of the first batch of a PyDataset or a DataLoader yielding inputs alone (``x`` or ``(x,)``, as
+    Keras reads a batch: no targets), else None. Before, such data was not probed: a triplet loss summed over
+    the batch (keras-io's siamese network: TF's tape differentiates the sum) trained at 2 processes with half
+    the gradient, silently."""
+    from trainmesh.keras.batches import is_py_dataset
+
+    try:
+        batch = data[0] if is_py_dataset(data) else data.collate_fn([data.dataset[i] for i in range(PROBED_SAMPLES)])
+    except Exception:  # noqa: BLE001 -- data the probe cannot index (an iterable dataset): not probed
+        return None
+    if isinstance(batch, tuple) and len(batch) == 1:
+        return batch[0]
+    return None if isinstance(batch, (tuple, list, dict)) else batch
 
 
 def first_batch(x: Any, y: Any, sample_weight: Any, class_weight: Any) -> Any:

@@ -359,12 +359,12 @@ def _compared(model: Any, data: Any, limit: float, *, expected: bool) -> tuple[f
         with _drawing_alike(tape):
             applied: list[list[tuple[Any, list[Any]]]] = [[], [], []]  # what each run's applies are given
             whole = _gradients(model, data, facts, applied[0])
-            parts, untaped, after = [], False, [hand_updates.values(model)]
+            parts, untaped, after = [], False, [hand_updates.values(model, unreached=True)]
             for start, part, given in zip((0, half), halves, applied[1:], strict=True):
                 restorer.restore()
                 tape.replay(start, half, count)
                 parts.append(_gradients(model, part, given=given))
-                after.append(hand_updates.values(model))
+                after.append(hand_updates.values(model, unreached=True))
                 untaped = untaped or not torch.equal(torch.get_rng_state(), restorer.generators[0])
                 after_half = unmapped_draws.generator_states()
             if unmapped_draws.moved(restorer.generators, after_half):  # draws no mapping saw: do they follow the batch?
