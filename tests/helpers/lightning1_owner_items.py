@@ -216,6 +216,37 @@ def tune_setup_calls(pl, **finder) -> dict:
     return {"calls": calls}
 
 
+def tune_bar_calls(pl) -> dict:
+    """Item 4: ``enable()``/``disable()`` on the run's progress bar around 1.9.5's ``trainer.tune`` searches."""
+    from importlib import import_module
+
+    callbacks = import_module(f"{pl.__name__}.callbacks")
+    calls = []
+
+    class Bar(callbacks.ProgressBarBase):
+        def disable(self):
+            calls.append("disable")
+
+        def enable(self):
+            calls.append("enable")
+
+    with tempfile.TemporaryDirectory() as root:
+        trainer = pl.Trainer(
+            max_epochs=1,
+            default_root_dir=root,
+            logger=False,
+            enable_checkpointing=False,
+            callbacks=[Bar()],
+            auto_lr_find=True,
+            auto_scale_batch_size=True,
+            enable_model_summary=False,
+        )
+        model = _module(pl)
+        model.batch_size = 4
+        trainer.tune(model, lr_find_kwargs={"num_training": 3}, scale_batch_size_kwargs={"max_trials": 2})
+    return {"calls": calls}
+
+
 def measure(root: str) -> dict:
     import numpy
 
@@ -227,6 +258,7 @@ def measure(root: str) -> dict:
         "csv_columns": csv_columns(pl),
         "weights_only_keys": weights_only_keys(pl),
         "bar_members": bar_members(pl),
+        "tune_bar": tune_bar_calls(pl),
         "tune_setup_lr": tune_setup_calls(pl, auto_lr_find=True),
         "tune_setup_both": tune_setup_calls(pl, auto_lr_find=True, auto_scale_batch_size=True),
     }
