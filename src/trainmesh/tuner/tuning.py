@@ -20,6 +20,7 @@ from trainmesh.tuner import temporary_checkpoint
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder, lr_attribute, set_lr
 from trainmesh.tuner.progress_bar_after_search import enable_progress_bar
+from trainmesh.tuner.run_callbacks_setup import RunCallbacksSetup
 from trainmesh.tuner.trial_loaders import TrialLoaders
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_zero_warn
@@ -138,7 +139,9 @@ class Tuner:
             "num_sanity_val_steps": trainer.num_sanity_val_steps,
         }
         try:
-            trainer.callbacks, trainer.loggers = [_ExchangeScheduler(finder), recorder], []
+            # (the run's callbacks get setup/teardown around the search, as in 1.9.5's _run of its own)
+            trainer.callbacks = [RunCallbacksSetup(trainer.callbacks), _ExchangeScheduler(finder), recorder]
+            trainer.loggers = []
             trainer.max_steps, trainer.limit_val_batches = num_training + trainer.global_step, num_training
             trainer.num_sanity_val_steps = 0  # Lightning's search runs the fit loop alone
             start = trainer.global_step
