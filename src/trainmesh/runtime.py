@@ -30,6 +30,7 @@ from trainmesh.seed import SeedSettings, env_seed, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import check_compiled, compile_options, uncompiled
+from trainmesh.strategies.lightning_process_dataloader import process_dataloader
 from trainmesh.strategies.materialize import builds_on_meta, refuse_meta_tensors
 from trainmesh.strategies.mesh import ParallelMesh
 from trainmesh.strategies.protocol import Placement
@@ -270,13 +271,8 @@ class Runtime:
         for index, loader in enumerate(loaders):
             if settings is not None and settings.workers:
                 loader = with_worker_init_fn(loader, functools.partial(seed_worker, rank=self.global_rank))
-            processed = (
-                self.strategy.process_dataloader(
-                    loader, train=train, seed=seed, shuffle=shuffle, predict=predict, wrap_samplers=wrap_samplers
-                )
-                if distribute
-                else loader
-            )
+            options = dict(train=train, seed=seed, shuffle=shuffle, predict=predict, wrap_samplers=wrap_samplers)
+            processed = process_dataloader(self.strategy, loader, distribute=distribute, **options)
             if batch_hooks is None:
                 wrapped.append(DeviceDataLoader(processed, self.to_device, self._moves_batches))
             else:

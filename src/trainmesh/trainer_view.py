@@ -119,6 +119,16 @@ class TrainerView(Protocol):
     @property
     def fit_loop(self) -> Any: ...  # Lightning's, as read (trainer/loop_views.py); some of it a callback may write
     @property
+    def progress_bar_callback(self) -> Any: ...  # the first ProgressBar among the callbacks, or None
+    @property
+    def validate_loop(self) -> Any: ...  # (read by 1.9's ProgressBarBase counters)
+    @property
+    def test_loop(self) -> Any: ...
+    @property
+    def state(self) -> Any: ...  # Lightning's TrainerState: fn, stage, status
+    @property
+    def val_check_batch(self) -> int | float | None: ...
+    @property
     def ckpt_path(self) -> str | None: ...
 
     # ---- metrics

@@ -1,7 +1,9 @@
 """A weights-only checkpoint (``ModelCheckpoint(save_weights_only=True)``) holds the data module's
 hyperparameters and state as Lightning 2.6's does (naamiinepal/IPV-detection's config saves weights
 only, with a data module that calls ``save_hyperparameters``); trainmesh's left them out, so
-``LightningDataModule.load_from_checkpoint`` could not read the file."""
+``LightningDataModule.load_from_checkpoint`` could not read the file. Its keys, and those of
+``trainer.save_checkpoint(weights_only=True)``, are Lightning's (no ``optimizer_states``, which trainmesh
+wrote as ``[]``), beside trainmesh's own documented ones."""
 
 from __future__ import annotations
 
@@ -43,17 +45,25 @@ def _classes(framework):
     return Data, Model
 
 
+_TRAINMESH_KEYS = {"format", "trainmesh_version", "weights_only"}  # documented: lightning.md's checkpoint keys
+
+
 def test_a_weights_only_checkpoint_holds_the_data_module_s_hyperparameters_as_lightning_s(tmp_path):
-    entries = []
+    entries, keys = [], []
     for framework in (L, tm):
         data_class, model_class = _classes(framework)
         checkpoint = framework.callbacks.ModelCheckpoint(dirpath=tmp_path / framework.__name__, save_weights_only=True)
         trainer = quiet_trainer(framework=framework, max_epochs=1, callbacks=[checkpoint], enable_checkpointing=True)
         trainer.fit(model_class(), datamodule=data_class(batch_size=4, fold=3))
         saved = torch.load(checkpoint.best_model_path, weights_only=False)
+        trainer.save_checkpoint(tmp_path / framework.__name__ / "own.ckpt", weights_only=True)
+        own = torch.load(tmp_path / framework.__name__ / "own.ckpt", weights_only=False)
+        keys.append([sorted(set(saved) - _TRAINMESH_KEYS), sorted(set(own) - _TRAINMESH_KEYS)])
         names = ("datamodule_hparams_name", "datamodule_hyper_parameters", data_class.__qualname__)
         entries.append({k.rsplit(".", 1)[-1]: saved.get(k) for k in names})
         assert data_class.load_from_checkpoint(checkpoint.best_model_path).hparams.fold == 3
+    assert keys[1] == keys[0]
+    assert "optimizer_states" not in keys[1][0]
     assert (
         entries[1]
         == entries[0]

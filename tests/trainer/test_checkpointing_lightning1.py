@@ -33,3 +33,18 @@ def test_a_lightning_2_module_s_test_from_best_restores_the_callbacks_as_lightni
     import lightning.pytorch as pl
 
     assert run_quietly(tm, lightning1=False) == run_quietly(pl, lightning1=False)
+
+
+def test_a_1x_weights_only_checkpoint_has_1_9_5_s_keys():
+    """ModelCheckpoint(save_weights_only=True) and save_checkpoint(weights_only=True) of a 1.x module:
+    1.9.5's keys (no ``optimizer_states``, which trainmesh wrote as ``[]``), beside trainmesh's own
+    documented ones (helpers/lightning1_owner_items.py, recorded under 1.9.5)."""
+    from helpers.lightning1_owner_records import RECORDED as OWNER_ITEMS
+    from helpers.lightning1_owner_records import under_trainmesh
+
+    own_keys = {"format", "trainmesh_version", "weights_only"}
+    found = {
+        name: [key for key in keys if key not in own_keys]
+        for name, keys in under_trainmesh("weights_only_keys").items()
+    }
+    assert found == OWNER_ITEMS["weights_only_keys"]

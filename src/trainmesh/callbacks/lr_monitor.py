@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from trainmesh.callbacks.base import Callback
+from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.exceptions import MisconfiguredValue
 
@@ -86,20 +87,22 @@ class LearningRateMonitor(Callback):
 
     def on_train_epoch_start(self, trainer: TrainerView, pl_module: Any) -> None:
         if self.logging_interval != "step":
-            self._log(trainer, "epoch" if self.logging_interval is None else "any")
+            self._log(trainer, pl_module, "epoch" if self.logging_interval is None else "any")
 
     def on_train_batch_start(self, trainer: TrainerView, pl_module: Any, batch: Any, batch_idx: int) -> None:
         # Lightning's should_update_logs: "+ 1" as it is asked before the batch's optimizer step
         due = (trainer.loop.batches_stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop
         if due and self.logging_interval != "epoch":
-            self._log(trainer, "step" if self.logging_interval is None else "any")
+            self._log(trainer, pl_module, "step" if self.logging_interval is None else "any")
 
     # ---- what is logged -----------------------------------------------------------------------
-    def _log(self, trainer: TrainerView, interval: str) -> None:
+    def _log(self, trainer: TrainerView, pl_module: Any, interval: str) -> None:
         stats = self.extract_stats(trainer, interval)
-        # As Lightning's, the values are in callback_metrics too (a ModelCheckpoint may monitor them)
-        device = trainer.runtime.device
-        trainer.callback_metrics.update({name: torch.tensor(value, device=device) for name, value in stats.items()})
+        # As Lightning 2's, the values are in callback_metrics too (a ModelCheckpoint may monitor them);
+        # pytorch-lightning 1.9.5's only logs them, so a 1.x module's run leaves callback_metrics alone
+        if not is_lightning1_module(pl_module):
+            device = trainer.runtime.device
+            trainer.callback_metrics.update({name: torch.tensor(value, device=device) for name, value in stats.items()})
         if stats:  # to each logger on every rank, as Lightning's (its loggers write on rank 0 only)
             for logger in trainer.loggers:
                 logger.log_metrics(stats, step=trainer.loop.batches_stepped)

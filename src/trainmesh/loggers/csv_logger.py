@@ -201,6 +201,13 @@ class CSVLogger(Logger):
         self._columns: list[str] | None = None  # the header of metrics.csv; None: not read yet
         self._calls_since_flush = 0
         self._log_dir_checked = False  # Lightning's check of an existing folder, once (its writer's creation)
+        self._sorted_header = True  # Lightning 2's header; 1.9.5's keeps the names' first-appearance order
+
+    def _follow_module_generation(self, lightning1: bool) -> None:
+        """The header order of the run's module generation (the Trainer tells it at each stage's start):
+        pytorch-lightning 1.9.5's CSVLogger writes the names in the order they first appear (its save
+        gathers them with ``dict.update``), Lightning 2's sorts them."""
+        self._sorted_header = not lightning1
 
     @property
     def name(self) -> str:
@@ -338,7 +345,7 @@ class CSVLogger(Logger):
         columns = list(self._columns)
         for row in self._buffer:
             columns.extend(key for key in row if key not in columns)
-        if len(columns) > len(self._columns):  # new names: Lightning sorts the whole header again
+        if len(columns) > len(self._columns) and self._sorted_header:  # new names: Lightning 2 sorts the header again
             columns.sort()
         if columns != self._columns or not path.exists():
             _rewrite_with_header(path, columns, self._buffer)

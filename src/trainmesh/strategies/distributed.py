@@ -192,12 +192,14 @@ class DistributedStrategy(LightningStrategyFace):
         self,
         loader: Any,
         *,
-        train: bool,
-        seed: int,
+        train: bool | None = None,
+        seed: int = 0,
         shuffle: bool | None = None,
         predict: bool = False,
         wrap_samplers: bool = False,
     ) -> Any:
+        if train is None:  # Lightning's one-argument call (a program's subclass's super()): processed already
+            return loader
         mesh = self._mesh
         sharded = shard_dataloader(
             loader,

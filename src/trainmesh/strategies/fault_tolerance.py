@@ -115,12 +115,14 @@ class FaultTolerantDDPStrategy(DDPStrategy):
         self,
         loader: Any,
         *,
-        train: bool,
-        seed: int,
+        train: bool | None = None,
+        seed: int = 0,
         shuffle: bool | None = None,
         predict: bool = False,
         wrap_samplers: bool = False,
     ) -> Any:
+        if train is None:  # Lightning's one-argument call (a program's subclass's super()): processed already
+            return loader
         if not train:
             return loader  # every group validates on the whole set, as the job it is
         # The group's share of the data: fixed by its number, so a group started again reads the
@@ -222,12 +224,14 @@ class FaultTolerantFSDPStrategy(FSDPStrategy):
         self,
         loader: Any,
         *,
-        train: bool,
-        seed: int,
+        train: bool | None = None,
+        seed: int = 0,
         shuffle: bool | None = None,
         predict: bool = False,
         wrap_samplers: bool = False,
     ) -> Any:
+        if train is None:  # Lightning's one-argument call (a program's subclass's super()): processed already
+            return loader
         if not train:
             # the group validates (and predicts) the whole set
             return super().process_dataloader(

@@ -112,8 +112,8 @@ class Strategy(Protocol):
         self,
         loader: Any,
         *,
-        train: bool,
-        seed: int,
+        train: bool | None = None,
+        seed: int = 0,
         shuffle: bool | None = None,
         predict: bool = False,
         wrap_samplers: bool = False,
@@ -127,7 +127,9 @@ class Strategy(Protocol):
         ``predict`` (with ``train=False``): the loader is a predict loader, whose shares are not
         padded (``sampling.shard_for_evaluation``). ``wrap_samplers``: a pytorch-lightning 1.x
         module's loader, every sampler (a ``RandomSampler`` too) dealt out by
-        ``DistributedSamplerWrapper``, as 1.9.5's Trainer deals it (Lightning 2 shards the dataset)."""
+        ``DistributedSamplerWrapper``, as 1.9.5's Trainer deals it (Lightning 2 shards the dataset).
+        ``train=None``: Lightning's one-argument ``process_dataloader(dataloader)`` (a program's subclass
+        calling ``super()``, strategies/lightning_process_dataloader.py): the loader as it is."""
 
     def train_step(
         self, module: nn.Module, batch: Any, batch_idx: int, *, sync_grads: bool, hooks: StepHooks

@@ -149,12 +149,14 @@ class SingleDeviceStrategy(LightningStrategyFace):
         self,
         loader: Any,
         *,
-        train: bool,
-        seed: int,
+        train: bool | None = None,
+        seed: int = 0,
         shuffle: bool | None = None,
         predict: bool = False,
         wrap_samplers: bool = False,
     ) -> Any:
+        if train is None:  # Lightning's one-argument call (a program's subclass's super()): processed already
+            return loader
         return loader
 
     def train_step(

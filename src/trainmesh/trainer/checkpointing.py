@@ -147,7 +147,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         "state_dict": runtime.checkpoints.state_dicts(state.model, [], sharded=True)["model"],
         # Lightning writes its loops' counters in a weights-only checkpoint too
         "loops": lightning_loops_of(state),
-        "optimizer_states": [],
+        # (no "optimizer_states" key at all, as Lightning 2.6 and 1.9.5 write none in a weights-only file)
         **saved_hyperparameters(module),
         # Lightning dumps the data module's hyperparameters and state in a weights-only checkpoint too, so
         # that LightningDataModule.load_from_checkpoint reads it

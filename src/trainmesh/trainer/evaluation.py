@@ -81,8 +81,8 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
     not change training, or a seeded run's numbers would depend on ``num_sanity_val_steps``
     and differ from Lightning's. ``val_loaders()`` asks for the loaders (the first time: after
     ``on_sanity_check_start``, as Lightning's). Its metrics are in callback_metrics while it runs
-    (not in the loggers) and gone after it, as Lightning's; what was there before (a resumed
-    fit's) is back then.
+    (not in the loggers; with several loaders only the epoch hooks', ``_shows_loaders``) and gone
+    after it, as Lightning's; what was there before (a resumed fit's) is back then.
     """
     state = ctx.state
     before = (state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics)
@@ -323,7 +323,8 @@ def _run_loop(
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         logged += [*results, state.log_collector.results]
-        published = _publish(ctx, reduced, state.log_collector.epoch_metrics(), logged_before_batches)
+        shown = _shows_loaders(stage, results)
+        published = _publish(ctx, reduced, state.log_collector.epoch_metrics(), logged_before_batches, shown=shown)
         # Lightning's loop stores a loader's results as the batches move on to another loader, and
         # once at the end: loader 0's always, another's only where it gave a batch
         return [values for index, values in enumerate(published) if index == 0 or index in per_loader.reached]
@@ -396,10 +397,18 @@ def _reduce_and_show(
         log_collector.start_stage(results)
         metrics = log_collector.epoch_metrics()
         reduced.append(metrics)
-        ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
+        if _shows_loaders(stage, per_loader):
+            ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
     log_collector.start_stage(opening)
     _refuse_shared_names(reduced)
     return reduced
+
+
+def _shows_loaders(stage: str, per_loader: list[Any]) -> bool:
+    """Whether each loader's values reach callback_metrics: a sanity check over several loaders shows
+    none of them (Lightning's epoch-end view skips per-loader values, and its
+    ``update_eval_epoch_metrics`` returns {} while sanity checking); the hooks' own values it shows."""
+    return stage != "sanity_check" or len(per_loader) == 1
 
 
 def _refuse_shared_names(reduced: list[dict[str, Any]]) -> None:
@@ -420,7 +429,7 @@ def _refuse_shared_names(reduced: list[dict[str, Any]]) -> None:
 
 
 def _publish(
-    ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any], before_batches: set[int]
+    ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any], before_batches: set[int], *, shown: bool
 ) -> list[dict[str, float]]:
     """Publish each loader's metrics to callback_metrics and the loggers, and what the start and
     epoch-end hooks logged (``late``: no loader's, so named without "/dataloader_idx_N", as
@@ -430,7 +439,7 @@ def _publish(
     own, row = [], {}
     for loader_idx, metrics in enumerate(reduced):
         suffix = _suffix(loader_idx, reduced)
-        own.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix, to_logger=False))
+        own.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix, to_logger=False) if shown else {})
         row.update(logger_row(metrics, suffix))
     # Lightning's results dict is its result collection's order: with one loader, the order of the
     # first log calls (the start hooks' names first); with several, each loader's names, then the hooks'

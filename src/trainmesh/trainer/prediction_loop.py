@@ -7,12 +7,14 @@ each batch are known; a loader with no batch sampler has none (Lightning warns a
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch.utils.data import DataLoader
 
+from trainmesh.trainer.loop_progress import Progress
 from trainmesh.utilities.dataloaders import replace_batch_sampler
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -34,6 +36,14 @@ class PredictLoop:
     # set (as Lightning's ``_PredictionLoop``).
     decide: Callable[[bool | None], bool] = _returned_by_default
     _return_predictions: bool = False
+    counters: Progress | None = None  # the state's predict batch counters (LoopCounters.predict)
+
+    @property
+    def batch_progress(self) -> Progress:
+        """Lightning's ``trainer.predict_loop.batch_progress`` (1.9's ProgressBarBase reads it): a copy, so
+        that a program writing into it changes no count of the run."""
+        assert self.counters is not None
+        return copy.deepcopy(self.counters)
 
     @property
     def return_predictions(self) -> bool:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainmesh.loggers.csv_logger import CSVLogger
 from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.module import Module
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
@@ -105,6 +106,9 @@ def _place_model(trainer: StageTrainer, model: Any, hooks: HookDispatcher, stage
     else:
         configure_placed_model(model, runtime, hooks)
     runtime.precision.follow_module_generation(is_lightning1_module(model))
+    for logger in trainer.loggers:  # (metrics.csv's header order is the generation's too)
+        if isinstance(logger, CSVLogger):
+            logger._follow_module_generation(is_lightning1_module(model))
 
 
 def loop_context(

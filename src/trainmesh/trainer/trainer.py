@@ -28,6 +28,7 @@ from trainmesh.trainer.construction import (
 from trainmesh.trainer.constructor_arguments import lightning_arguments
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finder_runs import refuse_several_processes
+from trainmesh.trainer.loop_progress import LoopCounters
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.overfit import for_overfit, overfit_limits
 from trainmesh.trainer.peer_state import check_fault_tolerant_limits
@@ -261,7 +262,11 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
 
     def _new_loop_state(self) -> LoopState:
         decide = self.runtime.trainer_port.returns_predictions  # trainer.predict_loop.return_predictions = x
-        return LoopState(log_collector=LogCollector(self.runtime.all_reduce), predict_loop=PredictLoop(decide=decide))
+        counters = LoopCounters()  # (the predict loop reads its own, trainer.predict_loop.batch_progress)
+        predict_loop = PredictLoop(decide=decide, counters=counters.predict)
+        return LoopState(
+            log_collector=LogCollector(self.runtime.all_reduce), progress=counters, predict_loop=predict_loop
+        )
 
     def save_checkpoint(
         self, filepath: str | os.PathLike[str], weights_only: bool | None = None, storage_options: Any = None

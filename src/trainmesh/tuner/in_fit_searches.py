@@ -10,6 +10,7 @@ from trainmesh.trainer.search_trials import SearchTrials
 from trainmesh.tuner import temporary_checkpoint
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder
+from trainmesh.tuner.progress_bar_after_search import enable_progress_bar
 from trainmesh.tuner.trial_loaders import TrialLoaders
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
@@ -55,6 +56,7 @@ def scale_batch_size(
         trials.fit_data.train_loader()
     if trials.fit_data.validation_enabled():  # Lightning's _reset_dataloaders sets the val loaders up again:
         trials.fit_data.val_loaders(reload=True)  # the fit's (it asks for none after)
+    enable_progress_bar(trials.ctx.view)
     trials.restore()
     temporary_checkpoint.restored(path)
     trials.ctx.state.ckpt_path = (
@@ -91,6 +93,7 @@ def lr_find(
     if state.global_step != num_training + start:  # Lightning's line
         log.info(f"LR finder stopped early after {state.global_step} steps due to diverging loss.")
     state.lr_scheduler_configs[:] = schedulers
+    enable_progress_bar(ctx.view)
     # Each rank ran the search on its own share (the losses its own); every rank takes rank 0's, as Lightning's
     finder.results = ctx.runtime.broadcast(finder.results, 0)
     trials.restore()

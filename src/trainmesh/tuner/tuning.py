@@ -19,6 +19,8 @@ from trainmesh.seed import isolate_rng
 from trainmesh.tuner import temporary_checkpoint
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, adjust, binsearch_scaling, power_scaling
 from trainmesh.tuner.lr_finder import _ExchangeScheduler, _LRCallback, _LRFinder, lr_attribute, set_lr
+from trainmesh.tuner.progress_bar_after_search import enable_progress_bar
+from trainmesh.tuner.run_callbacks_setup import RunCallbacksSetup
 from trainmesh.tuner.trial_loaders import TrialLoaders
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_zero_warn
@@ -33,6 +35,7 @@ class Trainer(Protocol):
     callbacks: list[Any]
     loggers: list[Any]
     default_root_dir: str
+    progress_bar_callback: Any  # (read only: enabled after a search, progress_bar_after_search.py)
     max_steps: int
     limit_train_batches: int | float
     limit_val_batches: int | float
@@ -111,30 +114,8 @@ class Tuner:
         # Lightning's LearningRateFinder runs the search under isolate_rng: the generators (torch's,
         # numpy's, Python's) are after it as before, so the fit that follows shuffles as without it
         with isolate_rng():
-            checkpoint = temporary_checkpoint.saved(trainer.default_root_dir, "lr_find", says=self._says_checkpoint)
-            weights = copy.deepcopy(model.state_dict())
-            kept = {
-                "callbacks": trainer.callbacks,
-                "loggers": trainer.loggers,
-                "max_steps": trainer.max_steps,
-                "limit_val_batches": trainer.limit_val_batches,
-                "num_sanity_val_steps": trainer.num_sanity_val_steps,
-            }
-            try:
-                trainer.callbacks, trainer.loggers = [_ExchangeScheduler(finder), recorder], []
-                trainer.max_steps, trainer.limit_val_batches = num_training + trainer.global_step, num_training
-                trainer.num_sanity_val_steps = 0  # Lightning's search runs the fit loop alone
-                start = trainer.global_step
-                trainer.fit(model, train_dataloaders, val_dataloaders, datamodule)
-                finder.results = {"lr": recorder.lrs, "loss": recorder.losses}
-                if trainer.global_step != num_training + start:  # Lightning's line
-                    log.info(f"LR finder stopped early after {trainer.global_step} steps due to diverging loss.")
-            finally:
-                for name, value in kept.items():
-                    setattr(trainer, name, value)
-                model.load_state_dict(weights)
-                trainer._reset_fit_state(keep_metrics=True)  # fit anew at step 0; 1.9.5's tune keeps the metrics
-                temporary_checkpoint.restored(checkpoint, says=self._says_checkpoint)
+            self._lr_search_fit(model, (train_dataloaders, val_dataloaders, datamodule), finder, recorder)
+            enable_progress_bar(trainer)  # (after a search that ended; 1.9.5's calls it before its restore)
             if train_dataloaders is None:
                 # Lightning's _lr_find resets the fit loop's data after its restore: train_dataloader() asked
                 # once more, here under isolate_rng as there; a fit with the LearningRateFinder reads it
@@ -143,6 +124,37 @@ class Tuner:
             if update_attr:
                 _apply_suggestion(model, attr, finder)
         return finder
+
+    def _lr_search_fit(self, model: Any, data: tuple[Any, ...], finder: _LRFinder, recorder: _LRCallback) -> None:
+        """1.9.5's search: a fit of its own with the search's callbacks in place of the run's, then the run's
+        settings, weights and checkpoint back (its ``__lr_finder_restore_params`` and restore)."""
+        trainer, num_training = self._trainer, finder.num_training
+        checkpoint = temporary_checkpoint.saved(trainer.default_root_dir, "lr_find", says=self._says_checkpoint)
+        weights = copy.deepcopy(model.state_dict())
+        kept = {
+            "callbacks": trainer.callbacks,
+            "loggers": trainer.loggers,
+            "max_steps": trainer.max_steps,
+            "limit_val_batches": trainer.limit_val_batches,
+            "num_sanity_val_steps": trainer.num_sanity_val_steps,
+        }
+        try:
+            # (the run's callbacks get setup/teardown around the search, as in 1.9.5's _run of its own)
+            trainer.callbacks = [RunCallbacksSetup(trainer.callbacks), _ExchangeScheduler(finder), recorder]
+            trainer.loggers = []
+            trainer.max_steps, trainer.limit_val_batches = num_training + trainer.global_step, num_training
+            trainer.num_sanity_val_steps = 0  # Lightning's search runs the fit loop alone
+            start = trainer.global_step
+            trainer.fit(model, *data)
+            finder.results = {"lr": recorder.lrs, "loss": recorder.losses}
+            if trainer.global_step != num_training + start:  # Lightning's line
+                log.info(f"LR finder stopped early after {trainer.global_step} steps due to diverging loss.")
+        finally:
+            for name, value in kept.items():
+                setattr(trainer, name, value)
+            model.load_state_dict(weights)
+            trainer._reset_fit_state(keep_metrics=True)  # fit anew at step 0; 1.9.5's tune keeps the metrics
+            temporary_checkpoint.restored(checkpoint, says=self._says_checkpoint)
 
     def scale_batch_size(
         self,
@@ -209,6 +221,7 @@ class Tuner:
             model.load_state_dict(weights)
             trainer._reset_fit_state(keep_metrics=True)  # the last trial's metrics stay, as 1.9.5's (1.x path)
             temporary_checkpoint.restored(checkpoint, says=self._says_checkpoint)
+        enable_progress_bar(trainer)
         self.fit_train_loader = finish(fit_follows=self._fit_follows)
         return found
 
