@@ -41,32 +41,36 @@ def refuse_several_processes(trainer: TrainerView, runtime: Runtime) -> None:
         )
 
 
-def run_searches(ctx: LoopContext, fit_data: FitData, train: TrainLoop) -> None:
+def run_searches(ctx: LoopContext, fit_data: FitData, train: TrainLoop) -> str | None:
     """Each finder's search, in the callbacks' order, its result handed to the callback; the train
-    loader each search ends with, and its iterator started then, are the fit's (Lightning's fit reads them)."""
+    loader each search ends with, and its iterator started then, are the fit's (Lightning's fit reads them).
+    Returns the last search's temporary checkpoint (None: no search ran): Lightning's checkpoint connector
+    keeps its path, and the fit's ``resume_end`` says it restored again after ``on_fit_start``."""
     finders = finder_callbacks(ctx.view.callbacks)
     if not finders:
-        return
+        return None
     if ctx.settings.fast_dev_run:  # Lightning's words, each finder's
         for finder in finders:
             what = "batch size scaler" if is_instance(finder, _FINDERS, "BatchSizeFinder") else "learning rate finder"
             rank_zero_warn(f"Skipping {what} since `fast_dev_run` is enabled.")
             finder.searched(None)
-        return
+        return None
     from trainmesh.callbacks.finders import BatchSizeFinder
     from trainmesh.tuner import in_fit_searches  # a run with no finder never imports the tuner
 
+    path = None
     for finder in finders:
         early_exit = getattr(finder, "_early_exit", False)  # the Tuner's (Lightning's flag)
         arguments = finder.search_arguments(ctx.state.module) | {"fit_follows": not early_exit}
         result: Any
         if isinstance(finder, BatchSizeFinder):
             # Lightning's batch size search runs with the run's random state (no isolate_rng).
-            result = in_fit_searches.scale_batch_size(SearchTrials(ctx, fit_data, train), **arguments)
+            result, path = in_fit_searches.scale_batch_size(SearchTrials(ctx, fit_data, train), **arguments)
         else:
             # as Lightning's LearningRateFinder.lr_find (the fit's first iterator is made inside too)
             with isolate_rng():
-                result = in_fit_searches.lr_find(SearchTrials(ctx, fit_data, train), **arguments)
+                result, path = in_fit_searches.lr_find(SearchTrials(ctx, fit_data, train), **arguments)
         finder.searched(result)
         if early_exit:
             raise TunerExit
+    return path

@@ -33,7 +33,7 @@ def begin_fit(
     from trainmesh.trainer.checkpointing import announce_nothing_left, restore_checkpoint
     from trainmesh.trainer.resume import say_restored
 
-    state, runtime, settings, hooks = ctx.state, ctx.runtime, ctx.settings, ctx.hooks
+    state, runtime, hooks = ctx.state, ctx.runtime, ctx.hooks
     # Lightning's counts across fits of one Trainer carry on into a second fit (its loops persist):
     # the loggers' step and the batch count check_val_every_n_epoch=None validates by
     state.loop = LoopPosition(
@@ -50,7 +50,9 @@ def begin_fit(
     runners.check_before_fit(state, runtime, manual=manual)
     # Lightning's order: on_fit_start before the training state (optimizers, loops) is restored, so a
     # callback may rebuild the optimizers' param groups the checkpoint holds (BaseFinetuning does).
-    run_searches(ctx, fit_data, train)  # the finders' (Lightning's at their on_fit_start, the first callbacks')
+    searched_from = run_searches(
+        ctx, fit_data, train
+    )  # the finders' (Lightning's at their on_fit_start, the first callbacks')
     hooks.call("on_fit_start")
     # Lightning's zero_grad() as the stage starts; before the restore here, which brings back the gradients
     # of an accumulation window the checkpoint was taken in (a bit-identical resume)
@@ -69,6 +71,8 @@ def begin_fit(
         state.loop.epoch_loop_start = restore_shown_counts(
             state, checkpoint, accumulate=ctx.view.accumulate_grad_batches, restarting=restarting(ctx, checkpoint)
         )
+    elif searched_from is not None:  # Lightning's resume_end, its connector still holding the search's path
+        say_restored(searched_from, fitting=True)
     iteration_based = fit_limits(ctx).max_steps != -1
     restart_epoch_counts(
         state, resumed=checkpoint is not None, processed_again=processed_again, iteration_based=iteration_based
@@ -76,13 +80,20 @@ def begin_fit(
     state.loop.plateau_held = restarting(ctx, checkpoint)  # through the fit's first epoch (fit_loop._end_epoch)
     state.progress.fit_started = True
 
+    _log_hyperparameters_and_check_sanity(ctx, fit_data, checkpoint)
+    return resume_rng
+
+
+def _log_hyperparameters_and_check_sanity(
+    ctx: LoopContext, fit_data: FitData, checkpoint: dict[str, Any] | None
+) -> None:
+    """The hyperparameters logged and the sanity check run, as Lightning's ``_run_stage`` begins."""
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).
     if ctx.log_hyperparams:  # Trainer(enable_autolog_hparams=False): not
         ctx.publisher.hyperparameters()
-    if fit_data.validation_enabled() and settings.num_sanity_val_steps != 0 and not restarting(ctx, checkpoint):
+    if fit_data.validation_enabled() and ctx.settings.num_sanity_val_steps != 0 and not restarting(ctx, checkpoint):
         # A fit resumed after an epoch's end too, as Lightning's: the epoch's accumulators restored
         # from the checkpoint are kept aside meanwhile (the generators are restored when the epoch's data starts).
-        resumed_results = state.log_collector.results
+        resumed_results = ctx.state.log_collector.results
         evaluation.run_sanity_check(ctx, fit_data.val_loaders)
-        state.log_collector.start_stage(resumed_results)
-    return resume_rng
+        ctx.state.log_collector.start_stage(resumed_results)

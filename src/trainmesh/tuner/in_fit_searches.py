@@ -27,9 +27,10 @@ def scale_batch_size(
     batch_arg_name: str,
     margin: float,
     max_val: int,
-) -> int:
-    """The size found (set where the batch size lives); with ``fit_follows``, the fit reads the train
-    loader the search ended with, its first iterator started as the search ends (as Lightning's)."""
+) -> tuple[int, str]:
+    """The size found (set where the batch size lives) and the temporary checkpoint's path said restored;
+    with ``fit_follows``, the fit reads the train loader the search ended with, its first iterator started
+    as the search ends (as Lightning's)."""
     state, source = trials.ctx.state, trials.fit_data.source
     model, datamodule = state.module, source.datamodule
     size = BatchSizeAttribute(model, datamodule, batch_arg_name)
@@ -57,7 +58,7 @@ def scale_batch_size(
         trials.fit_data.val_loaders(reload=True)  # the fit's (it asks for none after)
     trials.restore()
     temporary_checkpoint.restored(path)
-    return found
+    return found, path
 
 
 def lr_find(
@@ -70,8 +71,8 @@ def lr_find(
     mode: str,
     early_stop_threshold: float | None,
     update_attr: bool = False,  # applied by the callback (or the Tuner) after the search
-) -> _LRFinder:
-    """The range test's results. Lightning's search ends setting the fit loop's data up again (the
+) -> tuple[_LRFinder, str]:
+    """The range test's results and the temporary checkpoint's path said restored. Lightning's search ends setting the fit loop's data up again (the
     train loader asked for, its iterator made), inside the callback's ``isolate_rng``: with
     ``fit_follows`` the fit reads that iterator, so its shuffle is drawn from the generator as the
     search began, not as the fit goes on; a Tuner's drops it, but a loader shuffling with its own
@@ -99,4 +100,4 @@ def lr_find(
         loader = (source.datamodule if source.datamodule is not None else state.module).train_dataloader()
     trials.fit_data.use_train_loader(loader)
     trials.fit_data.start_first_epoch()
-    return finder
+    return finder, path
