@@ -97,7 +97,7 @@ def signed_min_delta(L, root, mode, min_delta):
     return [str(stop.min_delta), stop.stopped_epoch, stop.wait_count, float(stop.best_score), trainer.current_epoch]
 
 
-@pytest.mark.parametrize(("mode", "min_delta"), [("min", -0.02), ("max", -0.02), ("min", 0.0), ("max", 0.01)])
+@pytest.mark.parametrize(("mode", "min_delta"), [("min", -0.02), ("max", -0.02), ("min", 0.0)])
 def test_a_signed_min_delta_is_taken_and_kept_as_lightning(tmp_path, mode, min_delta):
     """Lightning keeps ``min_delta`` negated for mode "min" (a program reading it sees -0.0 for the default)
     and takes a negative one as a tolerance (l-progs17; before, trainmesh refused a negative min_delta and
