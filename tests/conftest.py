@@ -211,6 +211,11 @@ def _lightning_seed_variables_for_the_file():
 def _reset_seed_variables():
     for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
         os.environ.pop(name, None)
+    # trainmesh's seed_everything(None) takes the process's last seed where Lightning's reads the
+    # variable it wrote: not across tests, as the variable (the settings a Runtime reads stay)
+    seed_module = sys.modules.get("trainmesh.seed")
+    if seed_module is not None:
+        seed_module._env_at_last_seed = "(cleared between tests)"
 
 
 _reset_seed_variables()  # the shell's too: the suite does not depend on where it is run

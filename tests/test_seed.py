@@ -120,6 +120,25 @@ def test_a_seed_is_taken_as_lightning_takes_it(monkeypatch):
         tm.seed_everything()
 
 
+def test_a_seed_without_a_number_after_a_seed_takes_it_again_as_lightning(monkeypatch):
+    """Lightning's seed_everything(42) writes PL_GLOBAL_SEED, so a later seed_everything() (LightningCLI's
+    default ``seed_everything: true`` after the program's own seed) is 42 again; a variable the program
+    sets afterwards is read (l-progs17 p01: before, trainmesh's was 0 and the CLI's run trained from
+    another initialisation, weights 1.11 away)."""
+    lightning_seed_everything = _lightning_seed_everything()
+    found = {}
+    for name, seed_everything in (("lightning", lightning_seed_everything), ("trainmesh", tm.seed_everything)):
+        monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            seeds = [seed_everything(42), seed_everything(), seed_everything(None, workers=True)]
+            monkeypatch.setenv("PL_GLOBAL_SEED", "9")
+            seeds.append(seed_everything())
+        found[name] = (seeds, random.random(), len(caught))
+    assert found["trainmesh"] == found["lightning"]
+    assert found["trainmesh"][0] == [42, 42, 42, 9]
+
+
 def test_the_runtime_seeds_the_workers_of_training_and_evaluation_loaders_when_asked():
     runtime = tm.Runtime(accelerator="cpu", devices=1)
     users, without_workers = noisy_loader(), DataLoader(NoisyIndices(4), batch_size=2)

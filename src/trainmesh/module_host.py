@@ -12,14 +12,13 @@ LightningModule under Fabric. The two have the same members, each taking the mod
 from __future__ import annotations
 
 import builtins
-import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 import torch
 
 from trainmesh import manual_calls
-from trainmesh.module_logging import BAREBONES_LOG, check_metric_attribute, reduce_fx_name, warn_no_trainer
+from trainmesh.module_logging import check_metric_attribute, reduce_fx_name, warn_barebones, warn_no_trainer
 
 
 class ModuleHost(Protocol):
@@ -56,10 +55,10 @@ class TrainerHost:
     def log(self, module: Any, name: str, value: Any, options: dict[str, Any]) -> None:
         log_collector = module._log_collector
         if log_collector is None:
-            warn_no_trainer(name, stacklevel=4)  # at the line calling self.log
+            warn_no_trainer(name, attached=module._trainer is not None, stacklevel=4)  # at the line calling self.log
             return
         if log_collector.barebones:
-            warnings.warn(BAREBONES_LOG, stacklevel=3)  # Lightning's warning
+            warn_barebones()
             return
         if options["reduce_fx"] != "mean":  # the default needs no check; this is the hot path of every step
             options["reduce_fx"] = reduce_fx_name(options["reduce_fx"])

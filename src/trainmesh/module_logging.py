@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.rank_zero import rank_zero_warn
 
 REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
 BAREBONES_LOG = (
@@ -35,13 +36,29 @@ def reduce_fx_name(reduce_fx: Any) -> str:
     return name
 
 
-def warn_no_trainer(name: str, *, stacklevel: int = 3) -> None:
-    if name not in _warned_names:
+NO_TRAINER_LOG = (
+    "You are trying to `self.log()` but the `self.trainer` reference is not registered on the model yet."
+    " This is most likely because the model hasn't been passed to the `Trainer`"
+)
+
+
+def warn_no_trainer(name: str, *, attached: bool, stacklevel: int = 3) -> None:
+    """``self.log`` with nowhere to send the value: a module no Trainer holds says Lightning's words,
+    from one place (Python's default filter shows it once a process, as Lightning's from its module.py)."""
+    if not attached:
+        rank_zero_warn(NO_TRAINER_LOG, stacklevel=1)
+    elif name not in _warned_names:
         _warned_names.add(name)
         warnings.warn(
             f"self.log({name!r}, ...) called outside a Trainer run: the value is dropped",
             stacklevel=stacklevel,
         )
+
+
+def warn_barebones() -> None:
+    """Lightning's warning for ``self.log`` under ``Trainer(barebones=True)``, from one place: shown once
+    a process (Python's default filter), as Lightning's, not once per line calling ``self.log``."""
+    rank_zero_warn(BAREBONES_LOG, stacklevel=1)
 
 
 def check_metric_attribute(module: nn.Module, name: str, value: Any, metric_attribute: str | None) -> None:

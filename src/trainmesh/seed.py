@@ -37,6 +37,7 @@ class SeedSettings:
 
 
 _settings: SeedSettings | None = None  # this process's last seed_everything call
+_env_at_last_seed: str | None = None  # PL_GLOBAL_SEED as that call found it (changed since: the program's)
 
 
 def seed_settings() -> SeedSettings | None:
@@ -55,13 +56,14 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
 
     With ``workers=True`` the Runtime gives every DataLoader with workers (and no
     ``worker_init_fn`` of its own) :func:`seed_worker`, so each worker of each process draws
-    its own reproducible random numbers. ``seed=None`` reads ``PL_GLOBAL_SEED``, and without it means 0
+    its own reproducible random numbers. ``seed=None`` takes this process's last seed (which Lightning's
+    ``PL_GLOBAL_SEED`` holds), else reads ``PL_GLOBAL_SEED``, and without it means 0
     (with a warning), as in Lightning 2: every process of a run, however started, must agree on the
     seed. Unlike Lightning's, it sets no environment variable: trainmesh hands the seed to the processes
     it starts explicitly (no side channel through the environment).
 
     Args:
-        seed: the seed; anything ``int()`` takes (None: ``PL_GLOBAL_SEED``, else 0, said on stderr) (default ``None``).
+        seed: the seed; anything ``int()`` takes (None: this process's last seed, else ``PL_GLOBAL_SEED``, else 0, said on stderr) (default ``None``).
         workers: also seed each DataLoader worker from the seed, rank, worker and epoch (default ``False``).
         verbose: log "Seed set to N" at INFO (logger ``trainmesh.utilities.seed``, governed by a program's levels on ``lightning.fabric``/``lightning.fabric.utilities.seed`` as Lightning's), prefixed
             "[rank: N] " in a process whose environment gives its rank (default ``True``).
@@ -70,9 +72,10 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         >>> seed_everything(7)
         7
     """
-    global _settings
+    global _settings, _env_at_last_seed
     seed = _chosen_seed(seed, verbose)
     _settings = SeedSettings(seed=seed, workers=bool(workers))
+    _env_at_last_seed = os.environ.get("PL_GLOBAL_SEED")
     if verbose:
         # Lightning's: "[rank: N] " where the process's environment names its rank (a process a launcher
         # started; the one the user started, before any launch, has none)
@@ -89,10 +92,16 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
 
 
 def _chosen_seed(seed: Any, verbose: bool) -> int:
-    """Lightning's rule: None reads ``PL_GLOBAL_SEED`` (unset: 0, said), anything ``int()`` takes is
+    """Lightning's rule: None reads ``PL_GLOBAL_SEED`` (a seed this process chose before comes first: Lightning wrote it there; unset: 0, said), anything ``int()`` takes is
     taken (a NumPy integer, a string of digits); the seed must fit NumPy's 32 bits."""
     if seed is None:
         from_env = os.environ.get("PL_GLOBAL_SEED")
+        if _settings is not None and from_env == _env_at_last_seed:
+            # Lightning's seed_everything writes its seed into PL_GLOBAL_SEED, so a later call without
+            # one (LightningCLI's default ``seed_everything: true`` after the program's own
+            # ``seed_everything(42)``) takes it again; trainmesh writes no variable and remembers it
+            # (a variable the program changed since is read, as Lightning reads it)
+            return _settings.seed
         if from_env is None:
             if verbose:
                 rank_zero_warn("seed_everything(): no seed given, so the seed is 0; pass one to choose it")

@@ -202,7 +202,6 @@ def test_state_key_tells_callbacks_apart():
     "kwargs, match",
     [
         ({"monitor": "x", "mode": "up"}, "mode"),
-        ({"monitor": "x", "min_delta": -0.1}, "min_delta"),
         ({"monitor": "x", "patience": -1}, "patience"),
         ({"monitor": ""}, "monitor"),
     ],

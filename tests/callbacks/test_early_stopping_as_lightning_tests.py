@@ -69,3 +69,38 @@ def mode_refused(L, root):
 def test_a_bad_mode_raises_what_lightning_raises(tmp_path):
     found = run_both(mode_refused, tmp_path)
     assert found["trainmesh"] == found["lightning"] == "MisconfigurationException"
+
+
+def signed_min_delta(L, root, mode, min_delta):
+    values = [1.0, 0.985, 0.99, 0.97, 0.975, 0.96, 0.962]
+    values = values if mode == "min" else [-v for v in values]
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).pow(2).mean()
+
+        def on_train_epoch_end(self):
+            self.log("v", torch.tensor(values[self.current_epoch]))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    stop = L.callbacks.EarlyStopping(
+        monitor="v", mode=mode, min_delta=min_delta, patience=1, check_on_train_epoch_end=True
+    )
+    trainer = L.pl.Trainer(**trainer_kwargs(root, max_epochs=len(values), callbacks=[stop], logger=False))
+    trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2))
+    return [str(stop.min_delta), stop.stopped_epoch, stop.wait_count, float(stop.best_score), trainer.current_epoch]
+
+
+@pytest.mark.parametrize(("mode", "min_delta"), [("min", -0.02), ("max", -0.02), ("min", 0.0)])
+def test_a_signed_min_delta_is_taken_and_kept_as_lightning(tmp_path, mode, min_delta):
+    """Lightning keeps ``min_delta`` negated for mode "min" (a program reading it sees -0.0 for the default)
+    and takes a negative one as a tolerance (l-progs17; before, trainmesh refused a negative min_delta and
+    kept the default as 0.0)."""
+    found = run_both(lambda L, root: signed_min_delta(L, root, mode, min_delta), tmp_path)
+    assert found["trainmesh"] == found["lightning"]

@@ -154,3 +154,43 @@ def test_reload_dataloaders_every_n_epochs_checked_as_lightning():
 def test_model_registry_is_refused_with_the_reason():
     text = _error("trainmesh", ValueError, model_registry="my-model")
     assert "Lightning AI's cloud" in text and "trainer.save_checkpoint" in text
+
+
+def _two_line_logger(L):
+    class Net(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+            self.log("a", loss)
+            self.log("b", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Net()
+
+
+def test_barebones_says_what_lightning_says_as_often(tmp_path, caplog):
+    """Lightning's ``started running`` line, and its self.log warning once a process (from one place, so
+    Python's default filter shows it once) however many lines log (l-progs17 p10: before, once per line
+    calling self.log and no ``started running`` line); without a Trainer, Lightning's words."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    said = {}
+    for name, L in FRAMEWORKS.items():
+        caplog.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            L.Trainer(default_root_dir=tmp_path / name, max_epochs=2, barebones=True, **QUIET).fit(
+                _two_line_logger(L), _loader()
+            )
+            _two_line_logger(L).training_step((torch.randn(2, 4), torch.randn(2, 1)), 0)
+        lines = [r.getMessage() for r in caplog.records if "barebones" in r.getMessage()]
+        said[name] = (lines, [str(w.message) for w in caught if "self.log()" in str(w.message)])
+    assert said["trainmesh"] == said["lightning"]
+    assert len(said["trainmesh"][1]) == 2 and any("started running" in line for line in said["trainmesh"][0])

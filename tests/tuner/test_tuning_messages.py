@@ -164,3 +164,41 @@ def test_a_tuner_on_a_trainer_with_the_finder_callback_is_refused_as_lightning(t
     expected = _configured_finder_error(lightning, tmp_path / "lightning", search)
     assert "already configured" in expected[1]
     assert _configured_finder_error(trainmesh, tmp_path / "trainmesh", search) == expected
+
+
+def _callback_lines(framework, tmp_path, caplog) -> list[str]:
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+            self.lr = 0.01
+
+        def train_dataloader(self):
+            data = TensorDataset(torch.randn(64, 3), torch.randn(64, 1))
+            return DataLoader(data, batch_size=4)
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    torch.manual_seed(0)
+    finder = framework.callbacks.LearningRateFinder(num_training_steps=20)
+    trainer = quiet_trainer(framework=framework, max_epochs=1, default_root_dir=tmp_path, callbacks=[finder])
+    caplog.clear()
+    trainer.fit(Model())
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(("Learning rate set", "Restor"))]
+    return [re.sub(r"at .*/\.(\w+?)_[0-9a-f-]{36}\.ckpt", r"at DIR/.\1_UUID.ckpt", line) for line in lines]
+
+
+def test_the_finder_callback_says_the_rate_it_sets_as_lightning(tmp_path, caplog) -> None:
+    """LearningRateFinder (the callback) logs ``Learning rate set to X`` as it applies its suggestion, as
+    Lightning's (l-progs17 p01, a LightningCLI config with the callback: before, trainmesh said nothing)."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    caplog.set_level(logging.INFO)
+    expected = _callback_lines(lightning, tmp_path / "lightning", caplog)
+    assert any(line.startswith("Learning rate set to") for line in expected)
+    assert _callback_lines(trainmesh, tmp_path / "trainmesh", caplog) == expected

@@ -61,7 +61,8 @@ class EarlyStopping(Callback):
 
     Args:
         monitor: the logged metric to watch.
-        min_delta: the smallest change that counts as an improvement (default ``0.0``).
+        min_delta: the smallest change that counts as an improvement; negative, a worsening tolerated
+            (Lightning's: kept negated for mode ``"min"``) (default ``0.0``).
         patience: checks without improvement before stopping (default ``3``).
         mode: ``"min"`` or ``"max"`` (default ``'min'``).
         strict: fail when ``monitor`` is not logged (default ``True``).
@@ -97,9 +98,11 @@ class EarlyStopping(Callback):
         check_on_train_epoch_end: bool | None = None,
         log_rank_zero_only: bool = False,
     ) -> None:
-        _check_arguments(monitor, min_delta, patience, mode)
+        _check_arguments(monitor, patience, mode)
         self.monitor = monitor
-        self.min_delta = float(min_delta)
+        # Lightning's sign: negated for mode "min" (-0.0 for the default), so a value must beat the best
+        # by it toward the better side; a negative min_delta (a tolerance) is taken as Lightning takes it
+        self.min_delta = min_delta * (1 if mode == "max" else -1)
         self.patience = patience
         self.mode = mode
         self.strict = strict
@@ -202,9 +205,8 @@ class EarlyStopping(Callback):
                 f"Divergence threshold reached: {self.monitor} = {current} {order} {self.divergence_threshold}."
                 " Signaling Trainer to stop.",
             )
-        # Lightning's arithmetic: the delta moves the value (in its dtype) toward the worse side
-        delta = -self.min_delta if self.mode == "min" else self.min_delta
-        if better(current - delta, self.best_score.to(current.device)):
+        # Lightning's arithmetic: the (signed) delta moves the value, in its dtype, toward the worse side
+        if better(current - self.min_delta, self.best_score.to(current.device)):
             self._said = _improvement_message(self.monitor, self.best_score, current, self.min_delta)
             self.best_score, self.wait_count = current, 0
             return False
@@ -265,17 +267,12 @@ def _improvement_message(monitor: str, previous: torch.Tensor, current: torch.Te
     return f"Metric {monitor} improved. New best score: {current:.3f}"
 
 
-def _check_arguments(monitor: str, min_delta: float, patience: int, mode: str) -> None:
+def _check_arguments(monitor: str, patience: int, mode: str) -> None:
     if not isinstance(monitor, str) or not monitor:
         raise ValueError(f"EarlyStopping(monitor={monitor!r}): give the name of a logged metric, e.g. 'val_loss'")
     if mode not in _MODES:  # Lightning's MisconfigurationException
         raise MisconfiguredValue(
             f"EarlyStopping(mode={mode!r}): use 'min' (lower is better, e.g. a loss) or 'max' (e.g. accuracy)"
-        )
-    if min_delta < 0:
-        raise ValueError(
-            f"EarlyStopping(min_delta={min_delta}): min_delta is how much better than the best a value must be "
-            "to count as an improvement, in the direction mode already gives; use a value >= 0"
         )
     if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
         raise ValueError(f"EarlyStopping(patience={patience!r}) must be an integer >= 0 (checks without improvement)")

@@ -14,7 +14,10 @@ from typing import Any
 
 from trainmesh.callbacks.base import Callback
 from trainmesh.trainer_view import TrainerView
+from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.parsing import lightning_setattr
+
+_log = lightning_named_logger(__name__)  # Lightning's lines, governed as its loggers' by a program's settings
 
 _NESTED = (
     "{cls}.{method}() during a running fit is not supported: Lightning runs the search as a nested fit "
@@ -97,6 +100,7 @@ class LearningRateFinder(Callback):
         for optimizer in trainer.optimizers:  # training continues at the suggested rate, as in Lightning
             for group in optimizer.param_groups:
                 group["lr"] = lr
+        _log.info(f"Learning rate set to {lr}")  # Lightning's lr_find says it as it applies the suggestion
 
 
 class BatchSizeFinder(Callback):

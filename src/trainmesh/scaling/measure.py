@@ -116,7 +116,9 @@ def _worker(rank: int, workload: Workload, processes: int, port: int, batches: d
     from trainmesh.runtime import Runtime
 
     # The step runs outside a Trainer, so self.log has nowhere to send values: expected here.
-    warnings.filterwarnings("ignore", message=r".*called outside a Trainer run.*")
+    warnings.filterwarnings(
+        "ignore", message=r".*called outside a Trainer run.*|.*reference is not registered on the model.*"
+    )
     # One Runtime (one process group) for every mode: a second rendezvous would cost seconds.
     runtime = Runtime(
         accelerator=workload.accelerator, devices=processes, strategy=workload.strategy, precision=workload.precision

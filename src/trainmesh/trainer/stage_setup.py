@@ -28,6 +28,7 @@ from trainmesh.trainer.publishing import Publisher
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.states import hook_stage
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
     from trainmesh.trainer.stage_trainer import StageTrainer
@@ -45,6 +46,11 @@ def prepare_stage(
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"the model must be a trainmesh.Module (a torch.nn.Module), got {type(model).__name__}")
     state, runtime = trainer._state, trainer.runtime
+    if trainer.barebones:  # Lightning's line as its _run starts: no progress bar can look like a hang
+        rank_zero_info(
+            "`Trainer(barebones=True)` started running. The progress bar is disabled so you might want to"
+            " manually print the progress in your model."
+        )
     if stage == "fit" and is_manual(model):
         # Checked first, as Lightning validates its configuration: a strategy that cannot run
         # manual optimization (a pipeline) says why, before placing the model fails otherwise.
