@@ -18,12 +18,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import trainmesh as tm  # noqa: E402
 from helpers.lightning_order import GlobalBatches  # noqa: E402
+from trainmesh.strategies import DDPStrategy  # noqa: E402
 
 STEPS, KILL_AT = 30, 6
 
@@ -105,7 +107,9 @@ def replica(out: str, lighthouse: str, group: str, attempt: str) -> None:
     trainer = tm.Trainer(
         accelerator="cpu",
         devices=1,
-        strategy="ddp",
+        # Lightning's DDPStrategy registers a comm hook on CUDA only: on CPU its run is plain ddp, and so
+        # is a replica group's (torchft's hook the only one), which the reference below is.
+        strategy=DDPStrategy(ddp_comm_hook=default_hooks.fp16_compress_hook),
         fault_tolerance=ft,
         max_steps=STEPS,
         callbacks=[Pace(out_dir, g, int(attempt))],

@@ -227,10 +227,15 @@ def test_fault_tolerance_refuses_lightnings_hybrid_sharding_as_it_refuses_hybrid
             quiet_trainer(strategy=strategy, devices=2, fault_tolerance=FT, max_steps=5)
 
 
-def test_fault_tolerance_refuses_a_ddp_comm_hook_it_would_replace():
+def test_fault_tolerance_refuses_a_ddp_comm_hook_it_would_replace_on_cuda_only():
+    """On CPU Lightning's DDPStrategy registers no comm hook and trains plain ddp, and so does a replica
+    group, torchft's hook the only one (tests/strategies/fault_tolerance_run.py trains with one, equal to
+    ddp); on CUDA the program's hook would replace torchft's. Before: refused on CPU too."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+    from trainmesh.strategies.fault_tolerance import FaultTolerantDDPStrategy
+
+    hook = default_hooks.fp16_compress_hook
+    assert quiet_trainer(strategy=DDPStrategy(ddp_comm_hook=hook), fault_tolerance=FT, max_steps=5).strategy.comm_hook
     with pytest.raises(ValueError, match="drop ddp_comm_hook"):
-        quiet_trainer(
-            strategy=DDPStrategy(ddp_comm_hook=default_hooks.fp16_compress_hook), fault_tolerance=FT, max_steps=5
-        )
+        FaultTolerantDDPStrategy(fault_tolerance=FT, placement=Placement("cuda", (0,)), ddp_comm_hook=hook)

@@ -44,7 +44,8 @@ def test_every_lightning_2_6_strategy_string_builds_lightning_s_options_or_is_re
         if kind == "DDPStrategy":
             assert type(built) is DDPStrategy, name
             assert built.start_method == START[options.get("start_method", "popen")], name
-            assert built.ddp_options["find_unused_parameters"] is options.get("find_unused_parameters", False), name
+            # not given: None, the module's generation decides at setup (2.x False, 1.x True: strategies/ddp.py)
+            assert built.ddp_options["find_unused_parameters"] is options.get("find_unused_parameters"), name
         elif kind == "FSDPStrategy":
             assert type(built) is FSDPStrategy, name
             assert built.cpu_offload is options.get("cpu_offload", False), name

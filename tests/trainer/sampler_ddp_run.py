@@ -81,6 +81,15 @@ class Lightning1Model(Model):
         pass
 
 
+class Lightning1UnusedHead(Lightning1Model):
+    """A 1.x module with a head its loss never reads: 1.9.5's ddp sets ``find_unused_parameters=True``
+    when the program does not, so it trains (Lightning 2.x's default, False, stops it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.aux_head = nn.Linear(3, 1)
+
+
 def loader(kind: str) -> DataLoader | dict[str, DataLoader]:
     if kind == "combined":  # Lightning reads a dict as CombinedLoader(mode="max_size_cycle"); 13 pads to 14
         few = TensorDataset(*DATA[:13])
@@ -103,7 +112,10 @@ CASES = {
     "resumed": dict(data="shuffled"),
 }
 # Lightning 2.6 refuses a 1.x module: pytorch-lightning 1.9.5's ranks read these (recorded as data)
-LIGHTNING1 = {"lightning1_shuffled": dict(data="shuffled")}
+LIGHTNING1 = {
+    "lightning1_shuffled": dict(data="shuffled"),
+    "lightning1_unused_head": dict(data="shuffled", unused_head=True),
+}
 TRAINMESH_ONLY = {
     "fsdp_in_order": dict(data="in_order", strategy="fsdp"),
     "zero1_shuffled": dict(data="shuffled", strategy="zero1"),
@@ -116,10 +128,11 @@ def fit(
     ckpt_path: Path | None = None,
     lightning1: bool = False,
     lr_find: bool = False,
+    unused_head: bool = False,
     **settings,
 ) -> tuple[Model, pl.Trainer]:
     torch.manual_seed(3)  # the weights: the same in both frameworks without moving the sampler's seed
-    model = Lightning1Model() if lightning1 else Model()
+    model = (Lightning1UnusedHead() if unused_head else Lightning1Model()) if lightning1 else Model()
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=2,

@@ -13,7 +13,8 @@ and weights of the fit after), and a fit resumed mid-epoch.
 Each rank's samples at every step are Lightning's rank's, exactly, and the trained weights
 Lightning's (to float noise). fsdp and zero1 (trainmesh's, in the same launch) read what
 Lightning's ddp ranks read: Lightning's strategies share one sampler. A pytorch-lightning 1.x module
-(same launch) reads what 1.9.5's ranks read (helpers/lightning_1_9_sampler_ddp.json).
+(same launch) reads what 1.9.5's ranks read (helpers/lightning_1_9_sampler_ddp.json), and one with a
+head its loss never reads trains as under 1.9.5's ddp (find_unused_parameters True unless given).
 """
 
 from __future__ import annotations
@@ -98,15 +99,19 @@ def test_a_mid_epoch_resume_reads_what_lightning_s_resume_reads(records, rank):
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_a_lightning1_module_reads_1_9_5_s_samples(records, rank):
+@pytest.mark.parametrize("case", ["lightning1_shuffled", "lightning1_unused_head"])
+def test_a_lightning1_module_reads_1_9_5_s_samples(records, case, rank):
     """pytorch-lightning 1.9.5 deals a loader's RandomSampler out through ``DistributedSamplerWrapper``
     (data_connector.py ``_get_distributed_sampler``): each epoch the sampler draws a permutation from the
     rank's global generator, which the wrapper permutes again with ``seed + epoch`` and splits. Lightning 2
     shards the dataset with ``DistributedSampler`` instead, so a 1.x program read other samples (rank 0's
     first batch 15, 13, 26, 8 where 1.9.5's is 6, 12, 20, 11) and trained to other weights. Training and
-    the shuffled validation loader (sanity check included), each step, and the weights: 1.9.5's."""
-    theirs = json.loads(RECORDED_1_9.read_text())["lightning1_shuffled"][str(rank)]
-    ours = _load(records, "trainmesh", "lightning1_shuffled", rank)
+    the shuffled validation loader (sanity check included), each step, and the weights: 1.9.5's.
+    ``lightning1_unused_head`` adds a head the loss never reads: 1.9.5's ``strategy="ddp"`` sets
+    ``find_unused_parameters=True`` where the program gives none, and trains; with 2.x's default (False)
+    trainmesh stopped at the second step with DDP's unused-parameter error."""
+    theirs = json.loads(RECORDED_1_9.read_text())[case][str(rank)]
+    ours = _load(records, "trainmesh", case, rank)
     assert [[epoch, seen] for epoch, seen in ours["seen"]] == theirs["seen"]
     assert [[epoch, seen] for epoch, seen in ours["seen_val"]] == theirs["seen_val"]
     assert _same_weights(ours["weights"], {k: torch.tensor(v) for k, v in theirs["weights"].items()})

@@ -113,5 +113,5 @@ STRATEGY_STRINGS = {
     "ddp_sharded_spawn": "sharded",
     "fsdp": "fsdp",
     "ddp_fully_sharded": "fsdp",
-    "ddp_find_unused_parameters_false": "ddp",
+    "ddp_find_unused_parameters_false": "ddp_find_unused_parameters_false",
 }

@@ -20,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainmesh.accelerators import device_for
 from trainmesh.launchers.base import ProcessInfo
+from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.capabilities import REPLICATED, WORLD, MemoryModel, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile, compile_setting, refuse_compile
@@ -63,7 +64,7 @@ class DDPStrategy(DistributedStrategy):
 
     Args:
         start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
-        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (default ``False``).
+        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a module written for 1.x, Lightning 2.x's False for any other) (default ``None``).
         bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
         gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
         static_graph: DDP's option: the graph is the same every step (default ``False``).
@@ -100,7 +101,7 @@ class DDPStrategy(DistributedStrategy):
         self,
         *,
         start_method: str = "elastic",
-        find_unused_parameters: bool = False,
+        find_unused_parameters: bool | None = None,
         bucket_cap_mb: float | None = None,
         gradient_as_bucket_view: bool = False,
         static_graph: bool = False,
@@ -144,6 +145,11 @@ class DDPStrategy(DistributedStrategy):
             # compiling DDP(dispatcher) instead would trace training_step, logging and all.
             apply_compile(module, options=setting)
         options = self.ddp_options
+        if options["find_unused_parameters"] is None:
+            # Not given: each Lightning generation's own default. pytorch-lightning 1.9.5's DDPStrategy and
+            # DDPSpawnStrategy (every "ddp*" string but "_find_unused_parameters_false") set True in
+            # pre_configure_ddp, so a 1.x module with a head its loss never reads trains there; 2.x: False.
+            options = {**options, "find_unused_parameters": is_lightning1_module(module)}
         if getattr(module, "automatic_optimization", True) is False or _steps_each_optimizer(module):
             # Manual optimization (a GAN), or Lightning 1.x's training_step(batch, batch_idx, optimizer_idx):
             # each backward reaches only one optimizer's parameters, so the reducer must be told which
@@ -247,7 +253,7 @@ class DDP2Strategy(DDPStrategy):
 
     Args:
         start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
-        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (default ``False``).
+        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a module written for 1.x, Lightning 2.x's False for any other) (default ``None``).
         bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
         gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
         static_graph: DDP's option: the graph is the same every step (default ``False``).
@@ -295,7 +301,7 @@ class ZeRO1Strategy(DDPStrategy):
 
     Args:
         start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
-        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (default ``False``).
+        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a module written for 1.x, Lightning 2.x's False for any other) (default ``None``).
         bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
         gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
         static_graph: DDP's option: the graph is the same every step (default ``False``).

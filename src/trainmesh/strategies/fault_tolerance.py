@@ -73,7 +73,9 @@ class FaultTolerantDDPStrategy(DDPStrategy):
                 "fault_tolerance: the replica groups' DDP sets find_unused_parameters itself (its buckets must never "
                 "be rebuilt) and cannot use static_graph; drop them"
             )
-        if self.comm_hook is not None:
+        if self.comm_hook is not None and self.placement.device_type == "cuda":
+            # On CPU Lightning's DDPStrategy registers no hook (plain all-reduce: ddp.py's setup_module does
+            # the same), so torchft's hook is the only one and the run is Lightning's ddp run.
             raise ValueError(
                 "fault_tolerance: the replica groups' gradients are averaged by torchft through DDP's communication "
                 "hook, which ddp_comm_hook would replace; drop ddp_comm_hook, or leave fault_tolerance out"
