@@ -35,6 +35,8 @@ CASES = {
     ),
     # a stop asked before min_steps: every batch logs (Lightning's should_update_logs)
     "stop_asked": (Program(lr_monitor="step", stop_at_batch=0), dict(SHORT, min_steps=3, log_every_n_steps=50)),
+    # log_every_n_steps=0: no step rows (Lightning's should_update_logs is False), the epoch's still written
+    "never_every_n_steps": (Program(lr_monitor="scheduler", scheduler="epoch"), dict(SHORT, log_every_n_steps=0)),
 }
 
 

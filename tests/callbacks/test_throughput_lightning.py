@@ -27,7 +27,7 @@ def items_of(batch) -> int:
     return 7 * batch[0].shape[0]
 
 
-def _run(framework, root):
+def _run(framework, root, every=2):
     class Model(framework.LightningModule):
         def __init__(self) -> None:
             super().__init__()
@@ -57,7 +57,7 @@ def _run(framework, root):
         max_epochs=1,
         accelerator="cpu",
         logger=Recorder(),
-        log_every_n_steps=2,
+        log_every_n_steps=every,
         callbacks=[monitor],
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -66,6 +66,12 @@ def _run(framework, root):
     loader = DataLoader(TensorDataset(torch.randn(8 * ROWS_PER_BATCH, 4)), batch_size=ROWS_PER_BATCH)
     trainer.fit(Model(), loader)
     return logged
+
+
+def test_log_every_n_steps_0_logs_no_throughput_as_lightning_s(tmp_path) -> None:
+    # Lightning's should_update_logs is False at 0: the run trains and no figure is logged
+    assert [row for row in _run(L, tmp_path / "lightning", every=0) if "train/samples" in row] == []
+    assert [row for row in _run(tm, tmp_path / "trainmesh", every=0) if "throughput/samples_per_sec" in row] == []
 
 
 def test_batch_size_fn_and_length_fn_count_as_lightning_s(tmp_path) -> None:

@@ -90,8 +90,10 @@ class LearningRateMonitor(Callback):
             self._log(trainer, pl_module, "epoch" if self.logging_interval is None else "any")
 
     def on_train_batch_start(self, trainer: TrainerView, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        # Lightning's should_update_logs: "+ 1" as it is asked before the batch's optimizer step
-        due = (trainer.loop.batches_stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop
+        # Lightning's should_update_logs: "+ 1" as it is asked before the batch's optimizer step;
+        # log_every_n_steps=0 logs no step at all, not even a stopping one
+        every = trainer.log_every_n_steps
+        due = every != 0 and ((trainer.loop.batches_stepped + 1) % every == 0 or trainer.should_stop)
         if due and self.logging_interval != "epoch":
             self._log(trainer, pl_module, "step" if self.logging_interval is None else "any")
 

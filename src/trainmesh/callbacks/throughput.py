@@ -248,7 +248,8 @@ class ThroughputMonitor(Callback):
         if self._tokens is not None:
             self._count_tokens(batch, first, samples)
         step = trainer.global_step
-        if step % trainer.log_every_n_steps == 0 and step != self._last_logged_step:
+        every = trainer.log_every_n_steps  # 0: no window is ever logged, as Lightning's should_update_logs
+        if every and step % every == 0 and step != self._last_logged_step:
             self._last_logged_step = step
             self._close_window(trainer)
 
