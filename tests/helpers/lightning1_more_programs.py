@@ -79,10 +79,49 @@ def batch_size_search_on_a_set_up_dataset(pl, *, owner: str) -> dict:
     }
 
 
+def last_checkpoint_after_no_improvement(pl, *, lightning1_hook: bool) -> dict:
+    """``ModelCheckpoint(save_last=True, save_top_k=1, monitor="val_loss")`` over epochs whose ``val_loss`` improves,
+    then does not (a trachoma classifier with ``training_step_end``, stored file 63616745055, resumes from
+    ``last.ckpt``): 1.9.5 writes ``last.ckpt`` at every epoch end; Lightning 2.6 only where a top-k file was written.
+    Checked by ``tests/callbacks/test_checkpoint_last_lightning1.py``."""
+    import os
+
+    class Regressor(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", float(abs(self.current_epoch - 1)))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    if lightning1_hook:
+
+        def training_step_end(self, out):
+            return out
+
+        Regressor.training_step_end = training_step_end
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(8, 3)), batch_size=4)
+    with tempfile.TemporaryDirectory() as root:
+        callback = pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True, save_top_k=1, monitor="val_loss")
+        options = {**QUIET, "enable_checkpointing": True}
+        trainer = pl.Trainer(max_epochs=4, default_root_dir=root, callbacks=[callback], **options)
+        trainer.fit(Regressor(), loader, loader)
+        last = torch.load(os.path.join(root, "last.ckpt"), weights_only=False)
+        return {"files": sorted(os.listdir(root)), "last_global_step": last["global_step"], "last_epoch": last["epoch"]}
+
+
 def measure(root: str) -> dict:
     _numpy_inf()
     pl = importlib.import_module(root)
     return {
         "batch_size_search_module_setup": batch_size_search_on_a_set_up_dataset(pl, owner="module"),
         "batch_size_search_datamodule_setup": batch_size_search_on_a_set_up_dataset(pl, owner="datamodule"),
+        "last_checkpoint_lightning1_module": last_checkpoint_after_no_improvement(pl, lightning1_hook=True),
     }
