@@ -135,3 +135,44 @@ def test_repeated_step_values_are_logged_as_lightnings_with_few_calls(change_at:
     if not error:  # (after the error, what each trainer kept of the step is not compared)
         assert metrics == expected_metrics
     assert calls == [6, 6]
+
+
+def _nanmean(x):
+    return x[~torch.isnan(x)].mean()
+
+
+def _custom_reduction_error(framework, misconfiguration: type) -> tuple[bool, str]:
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).sum()
+            self.log("f1", loss, reduce_fx=_nanmean)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = framework.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(Exception) as error:
+        trainer.fit(Model(), DataLoader(TensorDataset(torch.ones(4, 1)), batch_size=2))
+    return isinstance(error.value, misconfiguration), str(error.value)
+
+
+def test_a_custom_reduce_fx_is_refused_with_lightnings_exception_and_words() -> None:
+    """``self.log(..., reduce_fx=nanmean)`` (a user's function; an avalanche segmentation's, stored file 5653089668):
+    Lightning 2.6 and pytorch-lightning 1.9.5 raise MisconfigurationException "Only `self.log(...,
+    reduce_fx={min,max,mean,sum})` are supported. ..." (1.9.5's words checked in the l1-progs16 campaign). Before:
+    trainmesh's ValueError with its own words."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException as LightningMisconfiguration
+
+    import trainmesh
+    from trainmesh.utilities.exceptions import MisconfigurationException
+
+    expected = _custom_reduction_error(lightning, LightningMisconfiguration)
+    assert expected[0] and expected[1].startswith("Only `self.log(..., reduce_fx={min,max,mean,sum})` are supported.")
+    assert _custom_reduction_error(trainmesh, MisconfigurationException) == expected
+    assert _custom_reduction_error(trainmesh, ValueError)[0]  # still caught as trainmesh's ValueError was

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainmesh.utilities.exceptions import MisconfigurationException
+from trainmesh.utilities.exceptions import MisconfigurationException, MisconfiguredValue
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 REDUCE_FX_NAMES = {"mean", "sum", "max", "min"}
@@ -31,8 +31,12 @@ def reduce_fx_name(reduce_fx: Any) -> str:
     else:
         name = {torch.mean: "mean", torch.sum: "sum", sum: "sum", torch.max: "max", max: "max"}.get(reduce_fx, "")
         name = "min" if reduce_fx in (torch.min, min) else name
-    if name not in REDUCE_FX_NAMES:
-        raise ValueError(f"reduce_fx={reduce_fx!r} is not supported; use one of {sorted(REDUCE_FX_NAMES)}")
+    if name not in REDUCE_FX_NAMES:  # Lightning's exception and words (2.6 and 1.9.5 alike), still a ValueError
+        raise MisconfiguredValue(
+            "Only `self.log(..., reduce_fx={min,max,mean,sum})` are supported."
+            " If you need a custom reduction, please log a `torchmetrics.Metric` instance instead."
+            f" Found: {reduce_fx}"
+        )
     return name
 
 

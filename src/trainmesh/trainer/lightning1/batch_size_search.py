@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from trainmesh.trainer.data_source import DataSource
+from trainmesh.trainer_view import TrainerView
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, _is_oom
 from trainmesh.tuner.tuning import Tuner
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
@@ -105,6 +107,17 @@ def binsearch_scaling(trial: Callable[[], None], size: BatchSizeAttribute, lengt
     return new_size
 
 
+def _set_up_as_its_fit(trainer: TrainerView, model: Any, datamodule: Any) -> None:
+    """1.9.5's search runs inside a fit (its ``BatchSizeFinder.on_fit_start``): ``prepare_data`` and the
+    ``setup("fit")`` hooks (the data module's, the callbacks', the module's) have run when it first asks
+    for the train loader, so a loader made from a dataset that ``setup`` builds has its length then."""
+    model.trainer = trainer  # as each fit attaches it: a setup may read self.trainer
+    DataSource(datamodule=datamodule, model=model, trainer_fn="fit").prepare(trainer, "fit")
+    for callback in trainer.callbacks:
+        callback.setup(trainer, model, stage="fit")
+    model.setup(stage="fit")
+
+
 class LightningOneTuner(Tuner):
     """trainmesh's ``Tuner`` with 1.9.5's batch-size search (module docstring); ``margin`` and ``max_val``
     (2.x's) do not exist in it."""
@@ -129,6 +142,7 @@ class LightningOneTuner(Tuner):
         nothing after the search (its ``__scale_batch_restore_params`` leaves the loaders as the last trial
         left them)."""
         trainer = self._trainer
+        _set_up_as_its_fit(cast(TrainerView, trainer), model, datamodule)  # the Trainer (the protocol is its part)
 
         def trial() -> None:
             trainer._reset_fit_state()  # each trial from step 0, as 1.9.5's _reset_progress

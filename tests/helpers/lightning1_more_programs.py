@@ -1,0 +1,127 @@
+"""Users' pytorch-lightning 1.x programs of the l1-progs16 campaign, cut down to what trainmesh ran
+differently from pytorch-lightning 1.9.5, as data: ``measure("pytorch_lightning")`` is recorded under
+1.9.5 by ``record_lightning_1_9_more_programs.py`` (its own venv) and compared with
+``measure("trainmesh")`` by the tests named in each function.
+"""
+
+import importlib
+import tempfile
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False}
+
+
+def _numpy_inf() -> None:
+    """1.9.5's ModelCheckpoint reads ``np.Inf``, which NumPy 2 removed."""
+    import numpy
+
+    if "Inf" not in dir(numpy):
+        numpy.Inf = numpy.inf
+
+
+def batch_size_search_on_a_set_up_dataset(pl, *, owner: str) -> dict:
+    """``Trainer(auto_scale_batch_size="binsearch")`` + ``trainer.tune(model)`` where the train loader's dataset
+    is made in ``setup`` (the module's own, as a benchmark of n-ary losses does, stored file 9146585018, or a
+    data module's): 1.9.5's search runs inside a fit, after the setup hooks. Checked by
+    ``tests/trainer/lightning1/test_batch_size_search.py``."""
+
+    class Data(pl.LightningDataModule):
+        def __init__(self):
+            super().__init__()
+            self.batch_size = 2
+
+        def setup(self, stage=None):
+            self.train = TensorDataset(torch.randn(24, 3))
+
+        def train_dataloader(self):
+            return DataLoader(self.train, batch_size=self.batch_size, shuffle=True, drop_last=True)
+
+    class Regressor(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 1)
+            self.batch_size = 2
+
+        def setup(self, stage):
+            self.max_epochs = self.trainer.max_epochs  # attached by then, as in a fit
+            if owner == "module":
+                self.train_dataset = TensorDataset(torch.randn(24, 3))
+
+        def train_dataloader(self):
+            return DataLoader(self.train_dataset, batch_size=self.batch_size, shuffle=True, drop_last=True)
+
+        def training_step(self, batch, batch_idx):
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    if owner == "datamodule":
+        del Regressor.train_dataloader
+    torch.manual_seed(0)
+    model, data = Regressor(), Data()
+    holder = data if owner == "datamodule" else model
+    with tempfile.TemporaryDirectory() as root:
+        trainer = pl.Trainer(max_epochs=2, default_root_dir=root, auto_scale_batch_size="binsearch", **QUIET)
+        on = {"datamodule": data} if owner == "datamodule" else {}
+        found = trainer.tune(model, scale_batch_size_kwargs={"max_trials": 3}, **on)["scale_batch_size"]
+        trainer.fit(model, **on)
+    return {
+        "found": found,
+        "batch_size": holder.batch_size,
+        "weight": [round(float(v), 6) for v in model.layer.weight.flatten()],
+        "loss": round(float(trainer.callback_metrics["loss"]), 6),
+    }
+
+
+def last_checkpoint_after_no_improvement(pl, *, lightning1_hook: bool) -> dict:
+    """``ModelCheckpoint(save_last=True, save_top_k=1, monitor="val_loss")`` over epochs whose ``val_loss`` improves,
+    then does not (a trachoma classifier with ``training_step_end``, stored file 63616745055, resumes from
+    ``last.ckpt``): 1.9.5 writes ``last.ckpt`` at every epoch end; Lightning 2.6 only where a top-k file was written.
+    Checked by ``tests/callbacks/test_checkpoint_last_lightning1.py``."""
+    import os
+
+    class Regressor(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", float(abs(self.current_epoch - 1)))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    if lightning1_hook:
+
+        def training_step_end(self, out):
+            return out
+
+        Regressor.training_step_end = training_step_end
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(8, 3)), batch_size=4)
+    with tempfile.TemporaryDirectory() as root:
+        callback = pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True, save_top_k=1, monitor="val_loss")
+        options = {**QUIET, "enable_checkpointing": True}
+        trainer = pl.Trainer(max_epochs=4, default_root_dir=root, callbacks=[callback], **options)
+        trainer.fit(Regressor(), loader, loader)
+        last = torch.load(os.path.join(root, "last.ckpt"), weights_only=False)
+        return {"files": sorted(os.listdir(root)), "last_global_step": last["global_step"], "last_epoch": last["epoch"]}
+
+
+def measure(root: str) -> dict:
+    _numpy_inf()
+    pl = importlib.import_module(root)
+    return {
+        "batch_size_search_module_setup": batch_size_search_on_a_set_up_dataset(pl, owner="module"),
+        "batch_size_search_datamodule_setup": batch_size_search_on_a_set_up_dataset(pl, owner="datamodule"),
+        "last_checkpoint_lightning1_module": last_checkpoint_after_no_improvement(pl, lightning1_hook=True),
+    }
