@@ -10,6 +10,7 @@ import trainmesh as tm
 from helpers.models import DropoutNet, loaders, quiet_trainer
 from helpers.said import said
 from trainmesh.callbacks import ModelCheckpoint
+from trainmesh.trainer import own_saves
 
 
 class FirstStep(tm.Callback):
@@ -119,6 +120,7 @@ def test_restart_resumes_from_the_default_callbacks_file(tmp_path, caplog, monke
     fit(1)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=12.ckpt"]
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    monkeypatch.setattr(own_saves, "_WRITTEN", set())  # the restarted attempt is a new process
     trainer, first = fit(2)
     assert first == 12 and trainer.global_step == 24
     chosen = tmp_path / "checkpoints" / "epoch=0-step=12.ckpt"
@@ -126,3 +128,20 @@ def test_restart_resumes_from_the_default_callbacks_file(tmp_path, caplog, monke
         caplog
     )
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=12.ckpt", "epoch=1-step=24.ckpt"]
+
+
+@pytest.mark.parametrize("ckpt_path", [None, "last"])
+def test_a_restarted_process_s_next_fit_does_not_resume_its_own_earlier_fit(tmp_path, caplog, monkeypatch, ckpt_path):
+    # A restarted script that trains models one after another (a sweep): the automatic resume takes what
+    # the failed attempt left, never a checkpoint this process's earlier fit wrote. Before, the second
+    # model resumed the first one's final epoch=1-step=24.ckpt, trained nothing and ended with its weights;
+    # Lightning (no automatic resume; its "last": this fit's new version folder, empty) starts it at step 0.
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    monkeypatch.setattr(own_saves, "_WRITTEN", set())
+    starts = []
+    for _ in range(2):
+        first = FirstStep()
+        trainer = quiet_trainer(max_epochs=2, default_root_dir=tmp_path, enable_checkpointing=True, callbacks=[first])
+        trainer.fit(DropoutNet(), *loaders(), ckpt_path=ckpt_path)
+        starts.append((first.step, trainer.global_step))
+    assert starts == [(0, 24), (0, 24)]

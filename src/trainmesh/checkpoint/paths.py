@@ -42,6 +42,8 @@ class CheckpointPlaces:
     stage: str = ""  # what asks: fit, validate, test or predict (named in errors)
     announces: bool = True  # this process warns and prints (global rank 0)
     announce_as: str = "ckpt_path='last'"  # what the line naming the checkpoint found starts with
+    # absolute paths "last" never names: a restart's own process's saves (another fit's: trainer/own_saves.py)
+    excluded: frozenset[str] = frozenset()
 
 
 def resolve_checkpoint(
@@ -88,6 +90,10 @@ class LastCheckpoints:
         self._skipped: list[str] = []
         known = places.last_known
         self._scan = scan_checkpoints(places.folders)
+        if places.excluded:
+            found = {path: at for path, at in self._scan.found.items() if os.path.abspath(path) not in places.excluded}
+            self._scan = dataclasses.replace(self._scan, found=found)
+            known = "" if known and os.path.abspath(known) in places.excluded else known
         self._candidates = _last_candidates(self._scan, known if known and os.path.exists(known) else "", self._skipped)
 
     def first(self) -> str | None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints, check_weights_only
+from trainmesh.trainer import own_saves
 from trainmesh.trainer.checkpoint_paths import checkpoint_places, resolve_ckpt_path
 from trainmesh.trainer.last_checkpoint import fit_last_checkpoint
 from trainmesh.trainer_view import TrainerView
@@ -65,7 +66,9 @@ def read_fit_checkpoint(
         reason = _restart_reason(trainer, runtime)
         if reason is None:
             return None, None
-        places = dataclasses.replace(checkpoint_places(trainer), announce_as=f"trainmesh: {reason}")
+        places = dataclasses.replace(
+            checkpoint_places(trainer), announce_as=f"trainmesh: {reason}", excluded=own_saves.written_here()
+        )
         source, checkpoint = _read_last(places, runtime, read, allow_fresh_start=True)
         if source is None and trainer.is_global_zero:  # the line naming a checkpoint found came from LastCheckpoints
             log.info(
@@ -80,6 +83,9 @@ def read_fit_checkpoint(
     if lightning_last and _restart_reason(trainer, runtime) is None:
         chosen = _agreed(runtime, functools.partial(fit_last_checkpoint, trainer) if runtime.is_global_zero else None)
         return (None, None) if chosen is None else (chosen, read(chosen))
+    if lightning_last:  # after a restart: what the earlier attempt left, not this process's own saves
+        places = dataclasses.replace(checkpoint_places(trainer), excluded=own_saves.written_here())
+        return _read_last(places, runtime, read, allow_fresh_start=True)
     if str(ckpt_path) == "last":
         return _read_last(checkpoint_places(trainer), runtime, read, allow_fresh_start=True)
     source = resolve_ckpt_path(trainer, ckpt_path)

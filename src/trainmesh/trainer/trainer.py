@@ -14,7 +14,7 @@ from trainmesh.callbacks.timer import with_max_time
 from trainmesh.checkpoint import remove_checkpoint
 from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
-from trainmesh.trainer import construction, evaluation, fit_loop
+from trainmesh.trainer import construction, evaluation, fit_loop, own_saves
 from trainmesh.trainer.batch_limit_notes import batch_limit_notes, say_batch_limit_notes
 from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, save_arguments
 from trainmesh.trainer.checkpointing import write_checkpoint
@@ -290,6 +290,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             raise RuntimeError("save_checkpoint() needs a model: call it during or after fit/validate/test")
         with self.runtime.supervision.paused(), self.profiler.profile("save_checkpoint"):
             write_checkpoint(self._state, self.runtime, self, str(path), weights_only=weights_only)
+        own_saves.remember(path)  # a restart of this process resumes an earlier attempt's files only
 
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Delete a checkpoint; with AsyncCheckpointIO once the save in flight is complete, if it succeeded."""
