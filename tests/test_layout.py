@@ -366,6 +366,10 @@ COVERED_BY: dict[str, list[str]] = {
     ],
     "trainer/stage_results.py": ["trainer/test_resume_epoch_means_lightning.py", "trainer/test_results_per_hook.py"],
     "trainer/epoch_values.py": ["trainer/test_differential_epoch_means.py", "trainer/test_results_sync_dtype.py"],
+    "trainer/evaluation_epoch.py": [
+        "trainer/test_evaluation_sanity_metrics.py",
+        "trainer/test_evaluation_step_varargs.py",
+    ],
     "loggers/csv_logs.py": ["trainer/test_differential_programs_hydra.py"],
     "trainer/results_table.py": ["trainer/test_differential_programs_hydra.py", "test_seed_isolation.py"],
     "trainer/settings.py": ["trainer/test_bad_input.py"],
