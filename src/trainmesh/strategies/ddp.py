@@ -5,13 +5,11 @@ sharded across the processes)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -31,15 +29,14 @@ from trainmesh.strategies.data_parallel import (
     mean_loss,
     run_chunked_step,
 )
+from trainmesh.strategies.ddp_manual_sync import ReducerSync, prepare_reducer, steps_each_optimizer, sync_in_hook
 from trainmesh.strategies.distributed import DistributedStrategy
 from trainmesh.strategies.lightning_arguments import check_hardware, ddp_arguments
 from trainmesh.strategies.lockstep import Lockstep
+from trainmesh.strategies.optimizer_shards import shard_optimizer_state
 from trainmesh.strategies.protocol import Placement
 from trainmesh.strategies.step import ManualSync, StepHooks, StepResult, call_hook, run_eval_step, run_train_step
 from trainmesh.strategies.unused_parameters import unused_parameters_in_lightning_words
-
-if TYPE_CHECKING:  # importing it pulls in DTensor and sympy (about a second): only zero1 needs it
-    from torch.distributed.optim import ZeroRedundancyOptimizer
 
 
 def apply_ddp(
@@ -150,7 +147,7 @@ class DDPStrategy(DistributedStrategy):
             # DDPSpawnStrategy (every "ddp*" string but "_find_unused_parameters_false") set True in
             # pre_configure_ddp, so a 1.x module with a head its loss never reads trains there; 2.x: False.
             options = {**options, "find_unused_parameters": is_lightning1_module(module)}
-        if getattr(module, "automatic_optimization", True) is False or _steps_each_optimizer(module):
+        if getattr(module, "automatic_optimization", True) is False or steps_each_optimizer(module):
             # Manual optimization (a GAN), or Lightning 1.x's training_step(batch, batch_idx, optimizer_idx):
             # each backward reaches only one optimizer's parameters, so the reducer must be told which
             # ones the loss leaves out (Lightning 1.x's default).
@@ -197,7 +194,7 @@ class DDPStrategy(DistributedStrategy):
         autocast = self.precision.autocast()
         if not self.chunk_devices:
             sync: ManualSync = ReducerSync(module)
-            step = StepCall("training_step", _sync_in_hook(module), call=hooks.call)
+            step = StepCall("training_step", sync_in_hook(module), call=hooks.call)
         else:
             inner = checkpoints.unwrap(module)
             self._lockstep = sync = Lockstep(
@@ -351,123 +348,3 @@ def _ddp(module: nn.Module) -> DistributedDataParallel:
     """The module ``setup_module`` returned: DDP, or what the module's ``configure_ddp`` built, which
     has DDP's interface (``no_sync``, the reducer) by the hook's contract."""
     return cast(DistributedDataParallel, module)
-
-
-def _sync_in_hook(module: DistributedDataParallel) -> Callable[[Any], AbstractContextManager[Any]]:
-    """The chunk scope of a manual step through DDP: gradient sync on inside training_step (the
-    forward around it runs with sync off), where ``no_backward_sync`` may turn it off."""
-
-    @contextlib.contextmanager
-    def sync_in_hook(chunk: Any) -> Iterator[None]:
-        module.require_backward_grad_sync = True
-        try:
-            yield
-        finally:
-            module.require_backward_grad_sync = False
-
-    return sync_in_hook
-
-
-class ReducerSync(ManualSync):
-    """Manual optimization through DDP: before each ``manual_backward``, the reducer is prepared
-    for that loss (``prepare_reducer``)."""
-
-    def __init__(self, module: DistributedDataParallel) -> None:
-        self._module = module
-
-    def backward(self, loss: torch.Tensor, run: Callable[[torch.Tensor], None]) -> None:
-        prepare_reducer(self._module, loss)
-        run(loss)
-
-
-def _steps_each_optimizer(module: nn.Module) -> bool:
-    """Whether ``training_step`` declares Lightning 1.x's ``optimizer_idx`` (run once per optimizer, the
-    others' parameters frozen: trainer/optimizer_turns.py)."""
-    try:
-        training_step = inspect.getattr_static(type(module), "training_step")
-        return "optimizer_idx" in inspect.signature(training_step).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
-def prepare_reducer(module: DistributedDataParallel, loss: torch.Tensor, *, always: bool = False) -> None:
-    """Tell DDP's reducer which parameters ``loss`` reaches before its backward runs: the others
-    (another optimizer's, frozen by toggle_optimizer) count as ready, so the all-reduce ends.
-    Skipped inside ``no_backward_sync`` (DDP's ``require_backward_grad_sync`` off), unless
-    ``always`` (ddp2's lockstep decides that itself)."""
-    if not torch.is_grad_enabled() or not (always or module.require_backward_grad_sync):
-        return  # inside no_backward_sync: gradients stay local
-    from torch.nn.parallel.distributed import _find_tensors
-
-    module.require_forward_param_sync = True  # the next forward broadcasts buffers again
-    reducer = module.reducer
-    reducer._rebuild_buckets()
-    reducer.prepare_for_backward(
-        list(_find_tensors(loss)) if module.find_unused_parameters else []  # type: ignore[no-untyped-call]  # torch's own, unannotated
-    )
-
-
-def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> ZeroRedundancyOptimizer:
-    """The same optimizer (class, groups, options) with its state split across ranks."""
-    from torch.distributed.optim import ZeroRedundancyOptimizer
-
-    if isinstance(optimizer, torch.optim.LBFGS):
-        # Each rank's LBFGS steps only its own shard and re-evaluates the closure (forward and
-        # backward, with DDP's all-reduce) as often as its own line search needs: the ranks
-        # would wait on each other's collectives for ever.
-        raise ValueError(
-            "strategy='zero1' cannot shard LBFGS: every rank would call the closure (forward and backward "
-            "with a gradient all-reduce) a different number of times for its own shard, and the run would "
-            "hang. Use strategy='ddp' with LBFGS, or a first-order optimizer (SGD, Adam, ...) with zero1"
-        )
-
-    # ZeroRedundancyOptimizer builds each rank's optimizer as ``cls(groups, **defaults)``, but
-    # ``defaults`` may hold keys ``__init__`` does not take (AdamW's decoupled_weight_decay):
-    # pass only the ones it takes. Every key still reaches the groups, which carry them whole.
-    accepted = _init_keywords(type(optimizer))
-    defaults = {k: v for k, v in optimizer.defaults.items() if accepted is None or k in accepted}
-    # Parameters that take no gradient (frozen layers; Keras' moving statistics and its integer
-    # dropout seed) are left out: an optimizer never changes them, ZeRO requires one dtype, and
-    # after each step it broadcasts every parameter from the rank owning it, which would put
-    # another rank's moving statistics over this rank's. Groups stay, even empty (schedulers
-    # count them).
-    groups = [
-        {**group, "params": [p for p in group["params"] if p.requires_grad]}  # with initial_lr
-        for group in optimizer.param_groups
-    ]
-    zero = ZeroRedundancyOptimizer(groups, optimizer_class=type(optimizer), **defaults)
-    zero.defaults = dict(optimizer.defaults)  # groups added later get every default, as in the original
-    left_out = [p for group in optimizer.param_groups for p in group["params"] if not p.requires_grad]
-    if left_out:
-        step = zero.step
-
-        def step_unless_unfrozen(*args: Any, **kwargs: Any) -> Any:
-            _refuse_unfrozen(left_out)
-            return step(*args, **kwargs)
-
-        zero.step = step_unless_unfrozen  # type: ignore[method-assign]
-    return zero
-
-
-def _refuse_unfrozen(left_out: list[torch.Tensor]) -> None:
-    """A parameter frozen when zero1 sharded the optimizer and trained since: it would never move."""
-    unfrozen = [tuple(p.shape) for p in left_out if p.requires_grad and p.grad is not None]
-    if unfrozen:
-        raise RuntimeError(
-            f"{len(unfrozen)} parameter(s) of shapes {unfrozen[:4]} did not require grad when strategy='zero1' "
-            "sharded the optimizer, so they are not in it, and now they have gradients: they would never "
-            "be updated. Add them with optimizer.add_param_group({'params': [...]}) when you unfreeze them, "
-            "or unfreeze them before fit"
-        )
-
-
-def _init_keywords(cls: type) -> set[str] | None:
-    """The keyword arguments ``cls(...)`` takes; None when it takes any (``**kwargs``)."""
-    parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]  # the class's own, on purpose
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return {
-        p.name
-        for p in parameters
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }

@@ -89,7 +89,7 @@ class ManualSync:
     the step shares: an optimizer step or zero_grad, toggling, clipping, a scheduler step.
     This base runs each as it comes, for a step that runs ``training_step`` once per process.
     Strategies that do more subclass it: DDP prepares its reducer before each backward
-    (``ddp.ReducerSync``); dp and ddp2 run ``training_step`` once per chunk of the batch, the
+    (``ddp_manual_sync.ReducerSync``); dp and ddp2 run ``training_step`` once per chunk of the batch, the
     chunks meeting at each call (``lockstep.Lockstep``).
 
     >>> ManualSync().once(lambda: 3, what="opt.step()")

@@ -9,11 +9,17 @@ from typing import Any
 
 import torch
 
-from trainmesh.nested_metrics import nest_results
 from trainmesh.seed import isolate_rng
 from trainmesh.strategies.step import StepHooks
 from trainmesh.trainer.batch_counts import limited_count
 from trainmesh.trainer.combined_loaders import combined_batches, inner_loaders
+from trainmesh.trainer.evaluation_epoch import (
+    loader_suffix,
+    publish_epoch,
+    reduce_and_show,
+    shows_loaders,
+    step_counter,
+)
 from trainmesh.trainer.evaluation_shares import steps_owed, warn_replicated_samples
 from trainmesh.trainer.fetching import Fetcher, sequential_fetcher
 from trainmesh.trainer.iterator_timing import makes_iterators_as_1_9
@@ -25,12 +31,10 @@ from trainmesh.trainer.loop_progress import Counts, Progress
 from trainmesh.trainer.model_mode import evaluation_mode, release_gradients
 from trainmesh.trainer.prediction_loop import indexed
 from trainmesh.trainer.profiling import FETCH_ACTION, profiled_call, profiled_iter, strategy_action
-from trainmesh.trainer.publishing import logger_row
 from trainmesh.trainer.results import StageResults, reset_metric_objects
 from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.stage_requirements import require_dataloader_idx
 from trainmesh.trainer.states import RunningStage
-from trainmesh.utilities.exceptions import MisconfigurationException
 
 _STEP_HOOK = {
     "validate": "validation_step",
@@ -81,7 +85,7 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
     not change training, or a seeded run's numbers would depend on ``num_sanity_val_steps``
     and differ from Lightning's. ``val_loaders()`` asks for the loaders (the first time: after
     ``on_sanity_check_start``, as Lightning's). Its metrics are in callback_metrics while it runs
-    (not in the loggers; with several loaders only the epoch hooks', ``_shows_loaders``) and gone
+    (not in the loggers; with several loaders only the epoch hooks', ``shows_loaders``) and gone
     after it, as Lightning's; what was there before (a resumed fit's) is back then.
     """
     state = ctx.state
@@ -313,7 +317,7 @@ def _run_loop(
             return results
         # As in Lightning, the epoch's values of what the steps logged are in callback_metrics
         # when on_*_epoch_end runs; what the epoch-end hooks log is published after them.
-        reduced = _reduce_and_show(ctx, stage, results, opening)
+        reduced = reduce_and_show(ctx, stage, results, opening)
         if outputs_hook is not None and keeps_outputs:
             # 1.x's validation_epoch_end(outputs) logs into the epoch-end hooks' results, as 1.9 keeps
             # its values apart from the steps' (a name the steps logged too is a second metric, not
@@ -323,8 +327,8 @@ def _run_loop(
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
         hooks.call(_EPOCH_END_HOOK[stage])
         logged += [*results, state.log_collector.results]
-        shown = _shows_loaders(stage, results)
-        published = _publish(ctx, reduced, state.log_collector.epoch_metrics(), logged_before_batches, shown=shown)
+        shown = shows_loaders(stage, results)
+        published = publish_epoch(ctx, reduced, state.log_collector.epoch_metrics(), logged_before_batches, shown=shown)
         # Lightning's loop stores a loader's results as the batches move on to another loader, and
         # once at the end: loader 0's always, another's only where it gave a batch
         return [values for index, values in enumerate(published) if index == 0 or index in per_loader.reached]
@@ -378,90 +382,12 @@ def _run_batches(
         per_loader.add(output)
         hooks.call(batch_end, output, batch, batch_idx, *hook_extra)
         if stage != "predict":
-            ctx.publisher.evaluation_step(_step_counter(ctx, stage), loader_idx, _suffix(loader_idx, loaders))
+            ctx.publisher.evaluation_step(step_counter(ctx, stage), loader_idx, loader_suffix(loader_idx, loaders))
         progress.completed()
         runtime.supervision.step_done()
     for _ in range(owed):  # as many collectives as the ranks that ran more steps: no hook, output dropped
         eval_step(state.model, step_hook, batch, batch_idx, *extra, hooks=step_hooks)
     per_loader.close()
-
-
-def _reduce_and_show(
-    ctx: LoopContext, stage: str, per_loader: list[Any], opening: StageResults
-) -> list[dict[str, Any]]:
-    """Each loader's epoch metrics (reduced across ranks where logged with sync_dist), shown in
-    callback_metrics (not yet sent to the loggers); then ``opening`` (what the start hooks logged) takes
-    the epoch-end hooks' logs."""
-    log_collector, reduced = ctx.state.log_collector, []
-    for loader_idx, results in enumerate(per_loader):
-        log_collector.start_stage(results)
-        metrics = log_collector.epoch_metrics()
-        reduced.append(metrics)
-        if _shows_loaders(stage, per_loader):
-            ctx.publisher.epoch_metrics(metrics, suffix=_suffix(loader_idx, per_loader), to_logger=False)
-    log_collector.start_stage(opening)
-    _refuse_shared_names(reduced)
-    return reduced
-
-
-def _shows_loaders(stage: str, per_loader: list[Any]) -> bool:
-    """Whether each loader's values reach callback_metrics: a sanity check over several loaders shows
-    none of them (Lightning's epoch-end view skips per-loader values, and its
-    ``update_eval_epoch_metrics`` returns {} while sanity checking); the hooks' own values it shows."""
-    return stage != "sanity_check" or len(per_loader) == 1
-
-
-def _refuse_shared_names(reduced: list[dict[str, Any]]) -> None:
-    """A name logged with ``add_dataloader_idx=False`` by several loaders would be one metric for
-    two loaders; Lightning refuses it, and so does this."""
-    seen: set[str] = set()
-    for metrics in reduced:
-        for name, (_, entry) in metrics.items():
-            if entry.add_dataloader_idx:
-                continue
-            if name in seen:
-                raise MisconfigurationException(
-                    f"You called `self.log({name}, ...)` twice with different arguments. This is not allowed: "
-                    f"with add_dataloader_idx=False every evaluation dataloader must log its own names (Lightning "
-                    "refuses the same); log a name per dataloader, or keep add_dataloader_idx=True"
-                )
-            seen.add(name)
-
-
-def _publish(
-    ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any], before_batches: set[int], *, shown: bool
-) -> list[dict[str, float]]:
-    """Publish each loader's metrics to callback_metrics and the loggers, and what the start and
-    epoch-end hooks logged (``late``: no loader's, so named without "/dataloader_idx_N", as
-    Lightning's); the loggers get none of the sanity check's. Each loader's results as Lightning
-    returns them: its own values and the hooks', in Lightning's order (``before_batches``: the ids
-    of the entries the start hooks logged)."""
-    own, row = [], {}
-    for loader_idx, metrics in enumerate(reduced):
-        suffix = _suffix(loader_idx, reduced)
-        own.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix, to_logger=False) if shown else {})
-        row.update(logger_row(metrics, suffix))
-    # Lightning's results dict is its result collection's order: with one loader, the order of the
-    # first log calls (the start hooks' names first); with several, each loader's names, then the hooks'
-    first = {name: value for name, value in late.items() if len(reduced) == 1 and id(value[1]) in before_batches}
-    leading = ctx.publisher.epoch_metrics(first, to_logger=False)
-    shared = ctx.publisher.epoch_metrics({k: v for k, v in late.items() if k not in first}, to_logger=False)
-    row.update(logger_row(late))
-    ctx.publisher.log(row)  # one row for all loaders, as Lightning's
-    # (the hooks' value wins, as before; a 1.x module's nested metric as one dict)
-    return [nest_results({**leading, **values, **shared, **leading}) for values in own]
-
-
-def _step_counter(ctx: LoopContext, stage: str) -> str | None:
-    """Which loop's batch count an evaluation step's logged values go to the loggers at (None: the
-    sanity check, which logs nothing)."""
-    if stage == "sanity_check":
-        return None
-    return "fit" if ctx.state.stage == "fit" else stage
-
-
-def _suffix(loader_idx: int, loaders: list[Any]) -> str:
-    return f"/dataloader_idx_{loader_idx}" if len(loaders) > 1 else ""
 
 
 def _accepts_dataloader_idx(step: Any) -> bool:

@@ -1,0 +1,90 @@
+"""An evaluation run's epoch metrics once its batches are done: each loader's reduced (across
+ranks where logged with sync_dist), names shared between loaders refused, shown in callback_metrics
+and sent to the loggers as one row, and returned per loader in Lightning's order. Also where each step's
+logs go out (``step_counter``: at which loop's batch count; ``loader_suffix``, the epoch's names' too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainmesh.nested_metrics import nest_results
+from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.publishing import logger_row
+from trainmesh.trainer.results import StageResults
+from trainmesh.utilities.exceptions import MisconfigurationException
+
+
+def reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any], opening: StageResults) -> list[dict[str, Any]]:
+    """Each loader's epoch metrics (reduced across ranks where logged with sync_dist), shown in
+    callback_metrics (not yet sent to the loggers); then ``opening`` (what the start hooks logged) takes
+    the epoch-end hooks' logs."""
+    log_collector, reduced = ctx.state.log_collector, []
+    for loader_idx, results in enumerate(per_loader):
+        log_collector.start_stage(results)
+        metrics = log_collector.epoch_metrics()
+        reduced.append(metrics)
+        if shows_loaders(stage, per_loader):
+            ctx.publisher.epoch_metrics(metrics, suffix=loader_suffix(loader_idx, per_loader), to_logger=False)
+    log_collector.start_stage(opening)
+    refuse_shared_names(reduced)
+    return reduced
+
+
+def shows_loaders(stage: str, per_loader: list[Any]) -> bool:
+    """Whether each loader's values reach callback_metrics: a sanity check over several loaders shows
+    none of them (Lightning's epoch-end view skips per-loader values, and its
+    ``update_eval_epoch_metrics`` returns {} while sanity checking); the hooks' own values it shows."""
+    return stage != "sanity_check" or len(per_loader) == 1
+
+
+def refuse_shared_names(reduced: list[dict[str, Any]]) -> None:
+    """A name logged with ``add_dataloader_idx=False`` by several loaders would be one metric for
+    two loaders; Lightning refuses it, and so does this."""
+    seen: set[str] = set()
+    for metrics in reduced:
+        for name, (_, entry) in metrics.items():
+            if entry.add_dataloader_idx:
+                continue
+            if name in seen:
+                raise MisconfigurationException(
+                    f"You called `self.log({name}, ...)` twice with different arguments. This is not allowed: "
+                    f"with add_dataloader_idx=False every evaluation dataloader must log its own names (Lightning "
+                    "refuses the same); log a name per dataloader, or keep add_dataloader_idx=True"
+                )
+            seen.add(name)
+
+
+def publish_epoch(
+    ctx: LoopContext, reduced: list[dict[str, Any]], late: dict[str, Any], before_batches: set[int], *, shown: bool
+) -> list[dict[str, float]]:
+    """Publish each loader's metrics to callback_metrics and the loggers, and what the start and
+    epoch-end hooks logged (``late``: no loader's, so named without "/dataloader_idx_N", as
+    Lightning's); the loggers get none of the sanity check's. Each loader's results as Lightning
+    returns them: its own values and the hooks', in Lightning's order (``before_batches``: the ids
+    of the entries the start hooks logged)."""
+    own, row = [], {}
+    for loader_idx, metrics in enumerate(reduced):
+        suffix = loader_suffix(loader_idx, reduced)
+        own.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix, to_logger=False) if shown else {})
+        row.update(logger_row(metrics, suffix))
+    # Lightning's results dict is its result collection's order: with one loader, the order of the
+    # first log calls (the start hooks' names first); with several, each loader's names, then the hooks'
+    first = {name: value for name, value in late.items() if len(reduced) == 1 and id(value[1]) in before_batches}
+    leading = ctx.publisher.epoch_metrics(first, to_logger=False)
+    shared = ctx.publisher.epoch_metrics({k: v for k, v in late.items() if k not in first}, to_logger=False)
+    row.update(logger_row(late))
+    ctx.publisher.log(row)  # one row for all loaders, as Lightning's
+    # (the hooks' value wins, as before; a 1.x module's nested metric as one dict)
+    return [nest_results({**leading, **values, **shared, **leading}) for values in own]
+
+
+def step_counter(ctx: LoopContext, stage: str) -> str | None:
+    """Which loop's batch count an evaluation step's logged values go to the loggers at (None: the
+    sanity check, which logs nothing)."""
+    if stage == "sanity_check":
+        return None
+    return "fit" if ctx.state.stage == "fit" else stage
+
+
+def loader_suffix(loader_idx: int, loaders: list[Any]) -> str:
+    return f"/dataloader_idx_{loader_idx}" if len(loaders) > 1 else ""
