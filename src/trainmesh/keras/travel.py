@@ -59,7 +59,7 @@ class Travelling:
         batch = _batch_to_build(self.model, self.data)
         unbuilt = not getattr(getattr(self.model, "optimizer", None), "built", True)
         state = optimizer_state(self.model)
-        _check_rebuilds(objects, data, seeds, batch, unbuilt, state)
+        _check_rebuilds(self.model, objects, data, seeds, batch, unbuilt, state)
         return (_arrive, (objects, data, seeds, batch, unbuilt, state))
 
 
@@ -110,7 +110,13 @@ def unseeded_initializers(model: Any) -> list[Any]:
 
 
 def _check_rebuilds(
-    objects: dict[str, Any], data: bytes, seeds: list[Any], batch: Any, unbuilt: bool, state: OptimizerState
+    model: Any,
+    objects: dict[str, Any],
+    data: bytes,
+    seeds: list[Any],
+    batch: Any,
+    unbuilt: bool,
+    state: OptimizerState,
 ) -> None:
     """Keras rebuilds the model from its config in each worker: tried here first, so that a class it
     cannot rebuild (keras-io's ``LogisticEndpoint(name=None)``, whose ``__init__`` takes none of the
@@ -118,7 +124,7 @@ def _check_rebuilds(
     generators a rebuild draws seeds from are left as they were."""
     generators = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     try:
-        _arrive(objects, data, seeds, batch, unbuilt, state)
+        arrived = _arrive(objects, data, seeds, batch, unbuilt, state).model
     except Exception as err:  # noqa: BLE001 -- whatever Keras raises while rebuilding
         raise RefusedToTravel(
             "ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config, and "
@@ -130,6 +136,33 @@ def _check_rebuilds(
         torch.set_rng_state(generators[0])
         np.random.set_state(generators[1])
         random.setstate(generators[2])
+    _refuse_lost_freeze(model, arrived)
+
+
+def _refuse_lost_freeze(model: Any, arrived: Any) -> None:
+    """Refused when what trains does not survive Keras' rebuild: a subclassed model's ``__init__`` makes its
+    layers trainable, and a freeze set after construction (``model.body.trainable = False``) is in no config.
+    Each worker trained the frozen layer, and the launching process then failed taking their optimizer state
+    (slots for more variables), after the whole fit. Compared: which variables train, and each innermost layer's
+    flag (a frozen BatchNormalization normalizes with its moving statistics); a container's own flag may differ
+    (a functional model's frozen Sequential arrives trainable, its layers frozen: the same variables train)."""
+    for mine, rebuilt in zip(_what_trains(model), _what_trains(arrived), strict=True):
+        if mine[1] != rebuilt[1]:
+            raise RefusedToTravel(
+                f"ddp_spawn sends the Keras model to new processes, where Keras rebuilds it from its config, and "
+                f"there its {mine[0]} is trainable={rebuilt[1]} where here it is trainable={mine[1]} (set after the "
+                "model was made: the config of a subclassed model's layers does not keep it), so each process would "
+                "train otherwise. Set the flag in the class's __init__ (self.body.trainable = False), or use "
+                "strategy='ddp' or 'ddp_fork', which start the processes without pickling the model"
+            )
+
+
+def _what_trains(model: Any) -> list[tuple[str, bool]]:
+    trains = {id(v) for v in model.trainable_variables}
+    leaves = [layer for layer in model._flatten_layers(include_self=False) if not layer._layers and layer.weights]
+    return [(f"layer {layer.name!r}", bool(layer.trainable)) for layer in leaves] + [
+        (f"variable {v.path!r}", id(v) in trains) for v in model.weights
+    ]
 
 
 def _arrive(
