@@ -113,8 +113,9 @@ def refuse_parted(runtime: Any, model: Any, skip: list[Any], step: int | None = 
     :data:`STEPS_CHECKED`), under several processes (every process calls it): a non-trainable variable of
     the model (but ``skip``, BatchNormalization's statistics, and seed generators) whose copies the processes
     hold apart was updated by hand from each process's part of the batch at a step the probe does not see (from
-    the second step on, say): stopped on every process, naming it, rather than train on apart, silently. The
-    trainable variables, which the averaged gradients keep bit-identical, are compared by two sums each: a step
+    the second step on, say): stopped on every process, naming it, rather than train on apart, silently. Every
+    variable is compared by two sums (:func:`_summary`); the trainable ones, which the averaged gradients keep
+    bit-identical, too: a step
     assigning one by hand from its batch beside apply (a rescaling of its own: the ranks 1.9e-3 apart after 2
     epochs, silently, /work/progs/k-left count_later.py) is stopped so too."""
     from trainmesh.keras.collectives import all_reduce_sum, broadcast_from_zero
@@ -124,11 +125,11 @@ def refuse_parted(runtime: Any, model: Any, skip: list[Any], step: int | None = 
     trainable = list(model.trainable_variables)
     if runtime.world_size == 1 or not variables + trainable:
         return
-    zeros = broadcast_from_zero(runtime, [v.value for v in variables] + ([_summary(trainable)] if trainable else []))
-    gaps = [(z.float() - v.value.float()).abs().max() for z, v in zip(zeros, variables, strict=False)]
-    if trainable:  # one gap per trainable variable: the refusal names the first apart
-        gaps.extend((zeros[-1] - _summary(trainable)).abs().amax(dim=1).float())
-    apart = all_reduce_sum(runtime, [torch.stack(gaps)])[0]
+    # Two numbers a variable, not the values: the check runs after the first steps of every fit call, and a
+    # frozen backbone's non-trainable kernels sent whole cost 42% of a short fit (review-s56a, 10M parameters).
+    mine = _summary(variables + trainable)
+    gaps = (broadcast_from_zero(runtime, [mine])[0] - mine).abs().amax(dim=1).float()
+    apart = all_reduce_sum(runtime, [gaps])[0]
     parted = [(v.path, float(a)) for v, a in zip(variables, apart[: len(variables)], strict=True) if float(a) > 0]
     when = "at the end of a training epoch" if step is None else f"after training step {step}"
     if trainable and float(apart[len(variables) :].max()) > 0:  # which the averaged gradients keep bit-identical
@@ -137,22 +138,35 @@ def refuse_parted(runtime: Any, model: Any, skip: list[Any], step: int | None = 
     if parted:
         path, gap = parted[0]
         raise ValueError(
-            f"the variable {path!r} of the model is {gap:.2e} apart between the processes {when}: a step of yours updates it by hand (assign/assign_add, not through a Keras optimizer's apply) "
+            f"the variable {path!r} of the model is apart between the processes {when} (its sums {gap:.2e} "
+            f"apart): a step of yours updates it by hand (assign/assign_add, not through a Keras optimizer's apply) "
             "from each process's part of the batch, at a step the check before training does not run (not the "
             "first), so each process holds its own copy and the run differs from one process's. "
             + reason(path, runtime.world_size).split(". ", 1)[1]
         )
 
 
-def _summary(trainable: list[Any]) -> torch.Tensor:
-    """Each trainable variable in two numbers (its sum, and its sum weighted by position): equal on every process
-    where the copies are bit-identical, without sending the weights."""
-    rows = []
-    for variable in trainable:
-        flat = variable.value.detach().double().flatten()
-        positions = torch.arange(1, flat.numel() + 1, dtype=flat.dtype, device=flat.device)
-        rows.append(torch.stack([flat.sum(), (flat * positions).sum()]))
-    return torch.stack(rows)
+def _summary(variables: list[Any]) -> torch.Tensor:
+    """Each variable in two numbers: its sum (accumulated in float64, so that one element's rounding-sized change
+    shows) and its sum weighted by position (a swap of values shows): equal on every process where the copies
+    are bit-identical, without sending the values and without a float64 copy of the weights. One position
+    vector serves every variable."""
+    wide = (torch.float32, torch.float64)
+    flats = [variable.value.detach().flatten() for variable in variables]
+    # half precision widened to float32; counts and flags to float64, exact to 2**53
+    flats = [
+        flat if flat.dtype in wide else flat.float() if flat.is_floating_point() else flat.double() for flat in flats
+    ]
+    longest = max(flat.numel() for flat in flats)
+    positions = {dtype: torch.arange(1, longest + 1, dtype=dtype, device=flats[0].device) for dtype in wide}
+    return torch.stack(
+        [
+            torch.stack(
+                [flat.sum(dtype=torch.float64), torch.dot(flat, positions[flat.dtype][: flat.numel()]).double()]
+            )
+            for flat in flats
+        ]
+    )
 
 
 def _trainable_apart(gap: float, path: str, when: str) -> str:
