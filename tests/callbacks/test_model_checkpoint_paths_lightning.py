@@ -81,6 +81,14 @@ def _run(name, here):
             trainer = L.pl.Trainer(logger=logger, default_root_dir="./root/", **quiet)
             trainer.fit(_model(L.pl), _loader())
             found[case] = _paths(trainer.checkpoint_callback, str(here))
+        # one callback in a second Trainer whose logger has another version: it keeps the folder of its first
+        # setup, as Lightning's __resolve_ckpt_dir returns self.dirpath once set
+        callback = L.callbacks.ModelCheckpoint(monitor="loss")
+        for version in (0, 5):
+            L.pl.seed_everything(0)
+            trainer = L.pl.Trainer(logger=L.loggers.CSVLogger("again", version=version), callbacks=[callback], **quiet)
+            trainer.fit(_model(L.pl), _loader())
+        found["reused"] = _paths(callback, str(here))
     return found
 
 
@@ -93,4 +101,5 @@ def test_checkpoint_paths_are_lightnings(tmp_path, monkeypatch):
         found[name] = _run(name, here)
     assert found["lightning"]["default"]["best"] == "root/checkpoints/epoch=1-step=4.ckpt"  # the reference
     assert found["lightning"]["sub_dir"]["dirpath"] == "tb/lightning_logs/version_0/checkpoints"
+    assert found["lightning"]["reused"]["dirpath"] == "again/lightning_logs/version_0/checkpoints"
     assert found["trainmesh"] == found["lightning"]

@@ -47,7 +47,7 @@ def test_weights_only_checkpoints_load_for_evaluation_and_refuse_resume(tmp_path
     # last.ckpt holds the weights and the hyperparameters, and nothing to resume with. As Lightning 2.6's,
     # it is written beside a top-k save only: the weights of the newest top-k checkpoint.
     saved = torch.load(best.last_model_path, weights_only=False)
-    assert not {"callbacks", "loop", "lr_schedulers", "per_rank"} & set(saved) and saved["optimizer_states"] == []
+    assert not {"callbacks", "loop", "lr_schedulers", "per_rank", "optimizer_states"} & set(saved)  # as 2.6 and 1.9.5
     newest = max((torch.load(p, weights_only=False) for p in best.best_k_models), key=lambda c: c["global_step"])
     assert saved["global_step"] == newest["global_step"]
     trained = newest["state_dict"]

@@ -3,7 +3,7 @@ is recorded under 1.9.5 by ``record_lightning_1_9_owner_items.py`` (its own venv
 ``lightning_1_9_owner_items.json``; the tests beside each fix run the same function under trainmesh and
 compare (``tests/callbacks/test_lr_monitor_lightning1.py``, ``tests/loggers/test_csv_logger_lightning1.py``,
 ``tests/callbacks/test_lightning1_names_bar.py``, ``tests/trainer/test_checkpointing_lightning1.py``,
-``tests/trainer/lightning1/test_tune_setup.py``).
+``tests/trainer/lightning1/test_tune_setup.py``, ``tests/trainer/test_stage_setup_lightning1.py``).
 Each module defines ``training_epoch_end`` (a hook 2.0 removed), which makes it a 1.x module.
 """
 
@@ -247,6 +247,28 @@ def tune_bar_calls(pl) -> dict:
     return {"calls": calls}
 
 
+def validate_enables_validation(pl) -> dict:
+    """``trainer.enable_validation`` around ``trainer.validate(model, loader)`` of a module without
+    ``val_dataloader``: 1.9.5's attach_dataloaders points the fit's validation at the loader given."""
+    seen = []
+
+    class Module(_module(pl).__class__):
+        def validation_step(self, batch, batch_idx):
+            self.log("v", 1.0)
+
+        def validation_epoch_end(self, outputs):
+            seen.append(["in", self.trainer.enable_validation])
+
+    with tempfile.TemporaryDirectory() as folder:
+        trainer = pl.Trainer(default_root_dir=folder, max_epochs=1, logger=False, enable_checkpointing=False, **QUIET)
+        model = Module()
+        seen.append(["before", trainer.enable_validation])
+        for stage in ("validate", "fit", "validate"):
+            getattr(trainer, stage)(model, _data(8))
+            seen.append([stage, trainer.enable_validation])
+    return {"seen": seen}
+
+
 def measure(root: str) -> dict:
     import numpy
 
@@ -261,4 +283,5 @@ def measure(root: str) -> dict:
         "tune_bar": tune_bar_calls(pl),
         "tune_setup_lr": tune_setup_calls(pl, auto_lr_find=True),
         "tune_setup_both": tune_setup_calls(pl, auto_lr_find=True, auto_scale_batch_size=True),
+        "validate_enables_validation": validate_enables_validation(pl),
     }

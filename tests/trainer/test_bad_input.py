@@ -103,10 +103,10 @@ def test_ckpt_path_that_does_not_exist(tmp_path):
     with pytest.raises(FileNotFoundError) as theirs:
         lightning.fit(BoringModel(), ckpt_path=missing)
     train, _ = loaders()
-    with pytest.raises(FileNotFoundError, match="does not exist") as ours:
+    with pytest.raises(FileNotFoundError) as ours:
         quiet_trainer(max_epochs=1).fit(DropoutNet(), train, ckpt_path=missing)
     assert str(theirs.value) == f"Checkpoint file not found: {missing}"
-    assert str(ours.value).startswith(f"{theirs.value}. ")
+    assert str(ours.value) == str(theirs.value)
 
 
 def test_ckpt_path_for_another_model_names_the_keys(tmp_path):

@@ -69,3 +69,47 @@ def test_resume_and_test_from_a_checkpoint_say_what_lightning_says(tmp_path, cap
     assert "Loaded model weights from the checkpoint at first/epoch=0-step=2.ckpt" in expected
     assert any("dirpath has changed" in line for line in expected)
     assert _lines(trainmesh, tmp_path / "trainmesh", caplog) == expected
+
+
+def _missing(framework, folder, caplog, stage: str) -> tuple[list[str], type, str]:
+    class Model(framework.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("loss", self.layer(batch[0]).pow(2).mean())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = framework.Trainer(
+        max_epochs=1, default_root_dir=folder, logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    loader = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+    caplog.clear()
+    with pytest.raises(Exception) as raised:
+        getattr(trainer, stage)(Model(), loader, ckpt_path=str(folder / "nope.ckpt"))
+    said = [r.getMessage().replace(str(folder), "DIR") for r in caplog.records if "checkpoint" in r.getMessage()]
+    return said, type(raised.value), str(raised.value).replace(str(folder), "DIR")
+
+
+@pytest.mark.parametrize("stage", ["fit", "validate"])
+def test_a_missing_checkpoint_file_says_and_raises_what_lightning_does(tmp_path, caplog, stage) -> None:
+    """Lightning's "Restoring states ..." line comes before its checkpoint IO's FileNotFoundError."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    caplog.set_level(logging.INFO)
+    (tmp_path / "lightning").mkdir()
+    (tmp_path / "trainmesh").mkdir()
+    expected = _missing(lightning, tmp_path / "lightning", caplog, stage)
+    assert expected == (
+        ["Restoring states from the checkpoint path at DIR/nope.ckpt"],
+        FileNotFoundError,
+        "Checkpoint file not found: DIR/nope.ckpt",
+    )
+    assert _missing(trainmesh, tmp_path / "trainmesh", caplog, stage) == expected

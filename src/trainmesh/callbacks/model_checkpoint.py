@@ -75,7 +75,6 @@ class ModelCheckpoint(Checkpoint):
     ) -> None:
         check_arguments(monitor, mode, save_top_k, every_n_train_steps, every_n_epochs, train_time_interval)
         dirpath = local_path(dirpath, "ModelCheckpoint(dirpath)")
-        self._dirpath_given = dirpath is not None
         # Lightning's: a folder given is made absolute, its links resolved (realpath); one of the run's
         # (setup) stays as the trainer's folders give it, relative where they are
         self.dirpath: str | None = os.path.realpath(absolute(dirpath)) if dirpath is not None else None
@@ -157,7 +156,9 @@ class ModelCheckpoint(Checkpoint):
 
     # ---- hooks --------------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
-        if not self._dirpath_given and (self.dirpath is None or stage == "fit"):
+        # Resolved once, as Lightning's ``__resolve_ckpt_dir`` (which returns ``self.dirpath`` once set): a
+        # later fit or a second Trainer with another logger version keeps the folder of the first setup
+        if self.dirpath is None:
             # Rank 0's answer wins: a logger may pick its version folder differently on each rank.
             self.dirpath = trainer.runtime.broadcast(default_checkpoint_dir(trainer), src=0)
         if trainer.is_global_zero and stage == "fit":

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from trainmesh.checkpoint import CheckpointPlaces, remove_interrupted_saves, resolve_checkpoint
+from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.trainer.best_checkpoint import check_best_known
 from trainmesh.trainer.last_checkpoint import evaluation_last_checkpoint
 from trainmesh.trainer_view import TrainerView
@@ -50,7 +51,19 @@ def resolve_ckpt_path(
         check_best_known(trainer, trainer.stage or "fit")  # Lightning's checks and words first
     if str(ckpt_path) == "hpc":
         return hpc_checkpoint(trainer, trainer.stage or "fit")
+    if str(ckpt_path) not in ("last", "best") and not os.path.exists(ckpt_path):
+        raise_missing_checkpoint(trainer, str(ckpt_path))
     return resolve_checkpoint(ckpt_path, checkpoint_places(trainer), allow_fresh_start=allow_fresh_start)
+
+
+def raise_missing_checkpoint(trainer: TrainerView, path: str) -> None:
+    """A named checkpoint that is not there, as Lightning meets it: its checkpoint connector's line
+    (``resume_start``) first, then its checkpoint IO's FileNotFoundError in its own words (2.6's, or
+    1.9's for a pytorch-lightning 1.x module; a program may match them)."""
+    rank_zero_info(f"Restoring states from the checkpoint path at {path}")
+    if is_lightning1_module(trainer.lightning_module):
+        raise FileNotFoundError(f"Checkpoint at {path} not found. Aborting training.")
+    raise FileNotFoundError(f"Checkpoint file not found: {path}")
 
 
 def hpc_checkpoint(trainer: TrainerView, stage: str) -> str:

@@ -88,7 +88,7 @@ def prepare_stage(
     # Before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader. Another
     # stage points the fit's data at its own module or data module, as Lightning's attach_dataloaders:
     # the estimate read after it asks their train_dataloader again.
-    fit_source = data if stage == "fit" else DataSource(datamodule=data.datamodule, model=model, trainer_fn="fit")
+    fit_source = data if stage == "fit" else _fit_source_of(stage, data, model)
     state.fit_data = FitData(ctx, fit_source)
     if stage == "fit":  # every fit, as Lightning's: a second fit of the same model starts fresh optimizers
         configure_run_optimizers(
@@ -98,6 +98,17 @@ def prepare_stage(
     if "SLURM_NTASKS" in os.environ and _under_slurm():  # SIGUSR1 requeues (supervision/preemption.py)
         _signals_log.info("SLURM auto-requeueing enabled. Setting signal handlers.")
     return ctx
+
+
+def _fit_source_of(stage: str, data: DataSource, model: Any) -> DataSource:
+    """The fit's data as another stage leaves it. pytorch-lightning 1.9's attach_dataloaders points the
+    fit's validation at the loaders ``trainer.validate(model, loaders)`` was given (so that
+    ``trainer.enable_validation`` is True during and after it, with no ``val_dataloader`` of the
+    module's); 2.x's validate has its own loop and leaves the fit's data on the module."""
+    given = {}
+    if stage == "validate" and "validate" in data.given and is_lightning1_module(model):
+        given["validate"] = data.given["validate"]
+    return DataSource(datamodule=data.datamodule, model=model, given=given, trainer_fn="fit")
 
 
 def _place_model(trainer: StageTrainer, model: Any, hooks: HookDispatcher, stage: str) -> None:
