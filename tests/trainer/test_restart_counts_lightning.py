@@ -50,6 +50,8 @@ _CASES = {
     "max_steps_mid_epoch": (dict(max_steps=6), ("after_fit", None), dict(max_steps=14)),
     # ... and at epoch 1's last batch: Lightning runs an empty epoch 2 (its loader still iterated)
     "max_steps_epoch_end": (dict(max_steps=8), ("after_fit", None), dict(max_steps=14)),
+    # resumed without max_steps: its fit loop does not restart, the next epoch is trained whole
+    "max_steps_mid_epoch_by_epochs": (dict(max_steps=6), ("after_fit", None), dict(max_epochs=3)),
 }
 _MID_EPOCH = ("batch_end_mid_epoch", "batch_end_accumulating", "validation_mid_epoch")
 
