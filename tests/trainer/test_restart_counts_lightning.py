@@ -1,7 +1,8 @@
 """The loop counters a resumed ``fit(ckpt_path=...)`` shows, under Lightning 2.6.6 and trainmesh, for
 checkpoints saved at several points (``trainer.save_checkpoint`` in ``on_train_batch_end`` inside an
 epoch and at its last batch, in a mid-epoch ``on_validation_end``, in the validation after the fit's
-last batch, inside an accumulation window): ``global_step``, ``current_epoch``, the fit loop's
+last batch, inside an accumulation window, after a fit that ``max_steps`` stopped inside an epoch or at
+its last batch, resumed under a larger ``max_steps``): ``global_step``, ``current_epoch``, the fit loop's
 ``epoch_progress``, the epoch loop's ``batch_progress`` and ``_batches_that_stepped`` (the loggers'
 step), the validation loop's ``batch_progress``, ``restarting`` and the loops' ``state_dict()``, read at ``on_train_start``, at the
 first ``on_train_batch_start`` and at ``on_train_end``, the hooks called and the "dataloader is not resumable" warning.
@@ -44,6 +45,13 @@ _CASES = {
     ),
     # the validation after the fit's last batch: is_last_batch kept through the rerun epoch end
     "validation_at_fit_end": (dict(max_epochs=2), ("on_validation_end", (1, 3)), dict(max_epochs=2)),
+    # saved after a fit that max_steps stopped inside epoch 1: the epoch counts as completed, yet
+    # Lightning's resume trains that epoch's number again from the saved batch index (a fresh iterator)
+    "max_steps_mid_epoch": (dict(max_steps=6), ("after_fit", None), dict(max_steps=14)),
+    # ... and at epoch 1's last batch: Lightning runs an empty epoch 2 (its loader still iterated)
+    "max_steps_epoch_end": (dict(max_steps=8), ("after_fit", None), dict(max_steps=14)),
+    # resumed without max_steps: its fit loop does not restart, the next epoch is trained whole
+    "max_steps_mid_epoch_by_epochs": (dict(max_steps=6), ("after_fit", None), dict(max_epochs=3)),
 }
 _MID_EPOCH = ("batch_end_mid_epoch", "batch_end_accumulating", "validation_mid_epoch")
 
@@ -98,6 +106,9 @@ def resumed(L, root: Path, case: str, written_by: str, exact: bool = False) -> d
             seen["hooks"].append(f"on_train_batch_start {trainer.current_epoch} {batch_idx}")
             seen.setdefault("first_batch", _counters(trainer))
 
+        def on_train_epoch_start(self, trainer, module):
+            seen["hooks"].append(f"on_train_epoch_start {trainer.current_epoch}")
+
         def on_validation_start(self, trainer, module):
             seen["hooks"].append(f"on_validation_start {trainer.current_epoch}")
 
@@ -133,7 +144,10 @@ def resumed(L, root: Path, case: str, written_by: str, exact: bool = False) -> d
     settings = dict(logger=False, enable_checkpointing=False, num_sanity_val_steps=0)
     if saved.startswith(str(root)):
         first_model = Model()  # it goes on to the end after saving: the uninterrupted run
-        L.pl.Trainer(**trainer_kwargs(root, callbacks=[Saver()], **settings, **first)).fit(first_model)
+        first_trainer = L.pl.Trainer(**trainer_kwargs(root, callbacks=[Saver()], **settings, **first))
+        first_trainer.fit(first_model)
+        if save_hook == "after_fit":
+            first_trainer.save_checkpoint(saved)
         if exact:
             seen["uninterrupted"] = (seen["samples"], first_model.net.weight.tolist())
         seen["samples"] = []
@@ -163,7 +177,9 @@ def test_a_resumed_fit_shows_lightning_s_loop_counters(case, written_by, tmp_pat
     ``written_by="lightning"``: trainmesh resumes the file Lightning wrote (before: refused), reading the
     batches Lightning's resume reads, to the same weights. ``written_by="own"``: each resumes its own file
     and reads the samples Lightning's resume reads, to its weights (before: trainmesh restored the saved
-    generators and read the rest of the saved epoch, the uninterrupted run's samples: 4 of 6 cases differed)."""
+    generators and read the rest of the saved epoch, the uninterrupted run's samples: 4 of 6 cases differed).
+    ``max_steps_*`` (before: trainmesh trained the next epoch whole, Lightning from the saved batch index,
+    an empty epoch where that was the last; other weights, epochs and loggers' steps)."""
     found = run_both(lambda L, root: resumed(L, root, case, written_by), tmp_path)
     theirs, ours = found["lightning"], found["trainmesh"]
     assert differences(theirs, ours) == []

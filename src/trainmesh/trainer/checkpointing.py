@@ -349,11 +349,16 @@ def restore_checkpoint(
     # entry (trainmesh's own too): the position, no generators, no pending gradients; trainmesh's
     # automatic resume and Trainer(exact_resume=True) continue exactly ("loop": the rest of the epoch)
     as_lightning = state.named_resume and "loops" in checkpoint
-    loop_state = checkpoint["loop"] if "loop" in checkpoint and not as_lightning else loop_entry_of(checkpoint)
+    loop_state = (
+        checkpoint["loop"]
+        if "loop" in checkpoint and not as_lightning
+        else loop_entry_of(checkpoint, steps_bounded=trainer.max_steps != -1)
+    )
     state.current_epoch = loop_state.get("stopped_epoch", checkpoint["epoch"])
     _check_max_epochs(trainer, state.current_epoch, source)
     state.global_step = checkpoint["global_step"]
     state.loop.batches_done = loop_state["batches_done"]
+    state.loop.epoch_not_started = bool(loop_state.get("epoch_not_started", False))
     # Older checkpoints lack epoch_end_due: they resume after the epoch's end, as they did
     state.loop.epoch_end_due = bool(loop_state.get("epoch_end_due", False))
     state.loop.epoch_finished = loop_state["epoch_finished"] and not state.loop.epoch_end_due

@@ -20,7 +20,7 @@ def restart_epoch_counts(
             epochs.current.completed = state.current_epoch
     else:
         epochs.restart(state.current_epoch, state.current_epoch)
-        if resumed and state.loop.batches_done > 0:  # saved inside an epoch: that epoch had started
+        if resumed and state.loop.batches_done > 0 and not state.loop.epoch_not_started:  # saved inside an epoch
             epochs.ready()
             epochs.started()
         if processed_again:

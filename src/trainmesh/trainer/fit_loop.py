@@ -188,6 +188,7 @@ def _saved_after_last_batch(state: LoopState) -> bool:
     return (
         not loop.epoch_finished
         and not loop.epoch_end_due
+        and not loop.epoch_not_started  # Lightning's restarted epoch loop: an empty epoch, its end run
         and loop.batches_done > 0
         and count != float("inf")
         and loop.batches_done >= count
@@ -232,13 +233,16 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     train_results = log_collector.results
     state.train_results = train_results
     progress = state.progress
+    # Lightning's restart skips these (_first_epoch), unless the epoch is not started in its counts
+    starts = not mid_epoch_resume and (opened is None or not opened.after_last_batch)
+    if starts or state.loop.epoch_not_started:
+        state.loop.epoch_not_started = False
+        progress.epochs.ready()
+        log_collector.set_batch("on_train_epoch_start", None)  # what it logs defaults to on_epoch (Lightning's)
+        hooks.call("on_train_epoch_start")
+        progress.epochs.started()
+        refuse_sequential_training(loader)
     if not mid_epoch_resume:
-        if opened is None or not opened.after_last_batch:  # Lightning's restart skips these (_first_epoch)
-            progress.epochs.ready()
-            log_collector.set_batch("on_train_epoch_start", None)  # what it logs defaults to on_epoch (Lightning's)
-            hooks.call("on_train_epoch_start")
-            progress.epochs.started()
-            refuse_sequential_training(loader)
         # Lightning's epoch loop resets as it starts, after on_train_epoch_start: the epoch's batch
         # counts, and the validation batches counted across the epoch
         progress.train_batches.current, progress.fit_validation.total = Counts(), Counts()

@@ -39,8 +39,9 @@ def _counts(progress: dict[str, Any], part: str) -> tuple[int, int, int, int]:
     )
 
 
-def loop_entry_of(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """trainmesh's ``loop`` entry for where a Lightning checkpoint stands (checkpointing._loop_entry)."""
+def loop_entry_of(checkpoint: dict[str, Any], *, steps_bounded: bool) -> dict[str, Any]:
+    """trainmesh's ``loop`` entry for where a Lightning checkpoint stands (checkpointing._loop_entry).
+    ``steps_bounded``: the resumed Trainer has ``max_steps`` (Lightning's ``_iteration_based_training``)."""
     fit_loop = _fit_loop(checkpoint)
     assert fit_loop is not None  # resumable_lightning_checkpoint said so
     batches, epochs = fit_loop["epoch_loop.batch_progress"], fit_loop["epoch_progress"]
@@ -51,9 +52,16 @@ def loop_entry_of(checkpoint: dict[str, Any]) -> dict[str, Any]:
     end_due = in_epoch and bool(batches.get("is_last_batch")) and batch_total[2] == batch_total[3]
     # the epoch's end ran (its on_train_epoch_end), the epoch not completed yet: a resume goes on with the next
     finished = started > 0 and processed == started and completed == processed - 1
+    # the epoch counted completed (a fit's stop, max_steps inside the epoch included): Lightning's resume
+    # starts the next epoch afresh, unless the resumed Trainer has max_steps: then its fit loop restarts
+    # (fit_loop.restarting's setter) and so does its epoch loop, which counts that next epoch's batches
+    # on from the saved epoch's batch index (reset_on_restart), all of them done at its last batch
+    counted = started > 0 and ready == started == processed == completed
+    counted_on = counted and steps_bounded
     return {
-        "batches_done": batch_current[2] if in_epoch or finished else 0,
+        "batches_done": batch_current[2] if in_epoch or finished or counted_on else 0,
         "epoch_finished": finished or end_due,
+        "epoch_not_started": counted_on,
         "epoch_end_due": end_due,
         "epoch_start_rng": None,  # not saved: the epoch's loader is read afresh (fit_loop._open_epoch)
         "total_batches": batch_total[2],

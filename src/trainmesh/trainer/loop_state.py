@@ -34,6 +34,9 @@ class LoopPosition:
     """Where the fit loop is; saved in every checkpoint."""
 
     batches_done: int = 0  # training batches finished in the current epoch
+    # A named resume under max_steps of a checkpoint whose epoch counted completed (lightning_resume.py):
+    # the epoch is not started in Lightning's counts (its on_train_epoch_start runs), its batches count on
+    epoch_not_started: bool = False
     # Lightning's counts across the fit's epochs: the batches trained (its total_batch_idx + 1, which
     # check_val_every_n_epoch=None validates by), and those that ended with an optimizer step (its
     # _batches_that_stepped: the step the loggers are given).
