@@ -117,6 +117,66 @@ def last_checkpoint_after_no_improvement(pl, *, lightning1_hook: bool) -> dict:
         return {"files": sorted(os.listdir(root)), "last_global_step": last["global_step"], "last_epoch": last["epoch"]}
 
 
+def trainer_spelled_for_1x(pl, *, spelling: str) -> dict:
+    """A module with no 1.x-only hook, run by a Trainer only 1.x can build (l1-progs16 p04's ``Trainer(gpus=0)``,
+    p06's ``Trainer.from_argparse_args``; spelling ``"2.x"``: neither): pytorch-lightning 1.9.5 is the owner,
+    so its order of draws (the train iterator made after ``on_train_epoch_start``), its last.ckpt at every
+    epoch end and its LearningRateMonitor (not in ``callback_metrics``). Checked by
+    ``tests/trainer/lightning1/test_trainer_members_generation.py``."""
+    import os
+    from argparse import Namespace
+
+    draws: list = []
+
+    class Probe(pl.Callback):
+        def on_train_start(self, trainer, module):
+            draws.append(["start", round(torch.rand(1).item(), 6)])
+
+        def on_train_epoch_start(self, trainer, module):
+            draws.append(["epoch", trainer.current_epoch, round(torch.rand(1).item(), 6)])
+
+    class Regressor(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", float(abs(self.current_epoch - 1)))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(8, 3))
+    train, val = DataLoader(data, batch_size=4, shuffle=True), DataLoader(data, batch_size=4)
+    with tempfile.TemporaryDirectory() as root:
+        checkpoint = pl.callbacks.ModelCheckpoint(dirpath=root, save_last=True, save_top_k=1, monitor="val_loss")
+        callbacks = [checkpoint, Probe(), pl.callbacks.LearningRateMonitor()]
+        logger = pl.loggers.CSVLogger(root, name="csv", version=0)
+        options = {**QUIET, "enable_checkpointing": True, "max_epochs": 3, "default_root_dir": root, "logger": logger}
+        if spelling == "gpus":
+            trainer = pl.Trainer(gpus=0, callbacks=callbacks, **options)
+        elif spelling == "argparse":
+            trainer = pl.Trainer.from_argparse_args(Namespace(**options), callbacks=callbacks)
+        else:
+            trainer = pl.Trainer(accelerator="cpu", devices=1, callbacks=callbacks, **options)
+        module = Regressor()
+        trainer.fit(module, train, val)
+        last = torch.load(os.path.join(root, "last.ckpt"), weights_only=False)
+        with open(os.path.join(root, "csv", "version_0", "metrics.csv")) as table:
+            header = table.readline().strip()
+        return {
+            "draws": draws,
+            "csv_header": header,
+            "last_global_step": last["global_step"],
+            "callback_metrics": sorted(trainer.callback_metrics),
+            "weight": [round(w, 6) for w in module.layer.weight.flatten().tolist()],
+        }
+
+
 def measure(root: str) -> dict:
     _numpy_inf()
     pl = importlib.import_module(root)
@@ -124,4 +184,6 @@ def measure(root: str) -> dict:
         "batch_size_search_module_setup": batch_size_search_on_a_set_up_dataset(pl, owner="module"),
         "batch_size_search_datamodule_setup": batch_size_search_on_a_set_up_dataset(pl, owner="datamodule"),
         "last_checkpoint_lightning1_module": last_checkpoint_after_no_improvement(pl, lightning1_hook=True),
+        "trainer_gpus_0": trainer_spelled_for_1x(pl, spelling="gpus"),
+        "trainer_from_argparse_args": trainer_spelled_for_1x(pl, spelling="argparse"),
     }

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from trainmesh.callbacks.checkpoint_names import link_or_copy
-from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.trainer_view import TrainerView
 
 # ``callback`` is the ModelCheckpoint (not imported: model_checkpoint.py imports this module).
@@ -15,13 +14,14 @@ from trainmesh.trainer_view import TrainerView
 
 def last_due(callback: Any, trainer: TrainerView, *, mid_epoch: bool) -> bool:
     """Lightning 2.6's rule: with each step-cadence save; at an epoch's end (or after validation) only
-    where a checkpoint was written at this step, or, with ``save_last="link"``, once one was; for a module
-    written for pytorch-lightning 1.x (a hook 2.0 removed), 1.9.5's: at every save point."""
+    where a checkpoint was written at this step, or, with ``save_last="link"``, once one was; for a run
+    written for pytorch-lightning 1.x (a hook 2.0 removed, or a Trainer spelled as 1.x's: trainer_members.py),
+    1.9.5's: at every save point."""
     if not callback.save_last:
         return False
     if mid_epoch or callback._written_at_step == trainer.global_step:
         return True
-    if is_lightning1_module(getattr(trainer, "lightning_module", None)):  # (a test's stand-in trainer has none)
+    if getattr(trainer, "_written_for_lightning1", False):  # (a test's stand-in trainer has none)
         # pytorch-lightning 1.9.5 writes last.ckpt at every epoch-end save point, a top-k file written or
         # not (its _save_last_checkpoint is unconditional): a 1.x program resuming from last.ckpt after an
         # epoch that did not improve resumes from that epoch, not from the last improving one

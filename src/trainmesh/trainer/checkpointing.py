@@ -21,7 +21,6 @@ from trainmesh.checkpoint.lightning_keys import (
     written_by_lightning,
 )
 from trainmesh.hyperparameters import datamodule_state, saved_hyperparameters
-from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.seed import capture_rng_state
 from trainmesh.trainer.checkpoint_results import results_for_this_rank, saved_results
 from trainmesh.trainer.finite_loss import verify_finite_losses
@@ -303,7 +302,7 @@ def restore_modules(
     # Lightning 2.6 gives the callbacks their saved states for validate/test/predict too; pytorch-lightning
     # 1.9.5 only in fit, so a 1.x module's test(ckpt_path="best") leaves ModelCheckpoint's best_k_models,
     # best and last paths as fit ended (2.6 turns them back to what the loaded file knew)
-    if not (weights_only and is_lightning1_module(module)):
+    if not (weights_only and trainer._written_for_lightning1):
         _restore_callbacks(trainer, module, checkpoint)
 
 

@@ -220,7 +220,7 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
                 )
 
         # 2.x: made now, before the start hook; 1.9.5: after the epoch-start hook (trainer/iterator_timing.py)
-        fetcher = open_batches if makes_iterators_as_1_9(state.module) else _made(open_batches())
+        fetcher = open_batches if makes_iterators_as_1_9(ctx) else _made(open_batches())
     state.set_batch_count(stage, limits[0])
     progress = state.progress.evaluation(stage, fitting=state.stage == "fit")
     if progress is not None:  # Lightning's loop resets its current count as a run starts

@@ -144,7 +144,7 @@ class FitData:
         _check_val_interval_fits(ctx, ctx.state.num_training_batches)
         if ctx.state.num_training_batches != 0:
             self._train_epoch = ctx.state.current_epoch
-        if reload and not makes_iterators_as_1_9(ctx.state.module):
+        if reload and not makes_iterators_as_1_9(ctx):
             # Lightning's setup_data starts the new loader's iterator (reading ahead where it has no
             # length), and the epoch starts another: the first one's draws from the global
             # generators (the iterator's base seed) and reads happen here too. 1.9.5 starts only the epoch's.

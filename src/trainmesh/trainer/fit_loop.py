@@ -176,7 +176,7 @@ def _first_epoch(
         loop.batches_done = 0
         loader.set_epoch(state.current_epoch)  # after the iterator is made, as Lightning's on_advance_start
         return _OpenedEpoch(batches, mid_epoch_resume, after_last_batch)
-    if resume_rng is None and makes_iterators_as_1_9(state.module):
+    if resume_rng is None and makes_iterators_as_1_9(ctx):
         return _OpenedEpoch(None, mid_epoch_resume, after_last_batch)
     return _OpenedEpoch(_open_epoch(state, loader, resume_rng), mid_epoch_resume, after_last_batch)
 

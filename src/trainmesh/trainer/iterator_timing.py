@@ -15,15 +15,19 @@ A train loader asked for again (``reload_dataloaders_every_n_epochs``) is the sa
 ``setup_data`` starts an iterator of the new loader before the epoch starts another; 1.9.5 starts only the
 epoch's, so every epoch after a reload shuffles with other numbers.
 
-A module written for 1.x (it defines a hook 2.0 removed) runs as 1.9.5 orders it; others as 2.x.
+A run written for 1.x (its module defines a hook 2.0 removed, or its Trainer was built with a spelling
+only 1.x has: ``lightning1/trainer_members.py``) runs as 1.9.5 orders it; others as 2.x.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from trainmesh.model_configuration import is_lightning1_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainmesh.trainer.loop_context import LoopContext
 
 
-def makes_iterators_as_1_9(module: Any) -> bool:
+def makes_iterators_as_1_9(ctx: LoopContext) -> bool:
     """Whether the stage's iterator is made after its epoch-start hook, and a reloaded train loader's only by its
     epoch (1.9.5), rather than before the start hook and once more at the reload (2.x)."""
-    return is_lightning1_module(module)
+    return ctx.lightning1

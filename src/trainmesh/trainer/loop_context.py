@@ -44,6 +44,8 @@ class LoopContext:
     shuffle_training: bool = True
     # A pytorch-lightning 1.x module's loaders are split as 1.9.5 splits them (strategies/sampling.py)
     wrap_samplers: bool = False
+    # The run follows pytorch-lightning 1.9.5: its module's hooks or its Trainer's 1.x spelling (trainer_members.py)
+    lightning1: bool = False
     reload_every_n_epochs: int = 0
     detect_anomaly: bool = False
     log_hyperparams: bool = True

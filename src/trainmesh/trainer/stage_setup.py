@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainmesh.loggers.csv_logger import CSVLogger
-from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.module import Module
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.construction import configure_run_optimizers, merge_model_callbacks
@@ -122,10 +121,11 @@ def _place_model(trainer: StageTrainer, model: Any, hooks: HookDispatcher, stage
         state.optimizers, state.lr_scheduler_configs = [], []
     else:
         configure_placed_model(model, runtime, hooks)
-    runtime.precision.follow_module_generation(is_lightning1_module(model))
+    lightning1 = trainer._written_for_lightning1  # (the module's hooks or the Trainer's 1.x spelling)
+    runtime.precision.follow_module_generation(lightning1)
     for logger in trainer.loggers:  # (metrics.csv's header order is the generation's too)
         if isinstance(logger, CSVLogger):
-            logger._follow_module_generation(is_lightning1_module(model))
+            logger._follow_module_generation(lightning1)
 
 
 def loop_context(
@@ -149,7 +149,8 @@ def loop_context(
         profiler=trainer.profiler,
         use_distributed_sampler=behaviour.use_distributed_sampler,
         shuffle_training=not trainer.overfit_batches,
-        wrap_samplers=is_lightning1_module(model),
+        wrap_samplers=trainer._written_for_lightning1,
+        lightning1=trainer._written_for_lightning1,
         reload_every_n_epochs=behaviour.reload_dataloaders_every_n_epochs,
         detect_anomaly=behaviour.detect_anomaly,
         log_hyperparams=behaviour.enable_autolog_hparams,

@@ -20,3 +20,6 @@ class LightningOneRun:
     track_grad_norm: int | float | str = -1
     tuning: bool = False
     resuming: bool = False  # a fit was given resume_from_checkpoint's path
+    # The Trainer was built with a spelling only 1.x has (an argument 2.0 removed, from_argparse_args):
+    # the run follows pytorch-lightning 1.9.5 whatever its module's hooks (trainer_members.written_for_lightning1)
+    spelled: bool = False

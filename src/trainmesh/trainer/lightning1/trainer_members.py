@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.trainer.lightning1.grad_norm import GradNormTracking, check_norm_type
+from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS
 from trainmesh.trainer.lightning1.one_run import LightningOneRun
-from trainmesh.trainer.lightning1.trainer_arguments import resume_notice
+from trainmesh.trainer.lightning1.trainer_arguments import LIGHTNING1_ARGUMENTS, resume_notice
 from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.utilities.refusal import LightningOneName
 
@@ -95,6 +97,17 @@ def _removed_method(name: str, instead: str, removed_when: str = _REMOVED) -> An
 _TRAIN_LOADER_MODES = ("max_size_cycle", "min_size")  # 1.9.5's CombinedLoader modes for fit
 
 
+# Each Trainer argument only pytorch-lightning 1.x has, with its 1.x default: one given another value makes
+# the run 1.x's (written_for_lightning1).
+LIGHTNING1_ONLY_DEFAULTS: dict[str, Any] = {
+    **OLD_ARGUMENTS,
+    **LIGHTNING1_ARGUMENTS,
+    "resume_from_checkpoint": None,
+    "move_metrics_to_cpu": False,
+    "multiple_trainloader_mode": "max_size_cycle",
+}
+
+
 def lightning_one_run(arguments: dict[str, Any]) -> LightningOneRun:
     """What the Trainer keeps of the 1.x arguments among its constructor's ``arguments``."""
     mode = arguments["multiple_trainloader_mode"]
@@ -112,7 +125,16 @@ def lightning_one_run(arguments: dict[str, Any]) -> LightningOneRun:
         "move_metrics_to_cpu",
         "track_grad_norm",
     )
-    return LightningOneRun(multiple_trainloader_mode=mode, **{name: arguments[name] for name in names})
+    spelled = any(arguments[name] != default for name, default in LIGHTNING1_ONLY_DEFAULTS.items())
+    return LightningOneRun(multiple_trainloader_mode=mode, spelled=spelled, **{name: arguments[name] for name in names})
+
+
+def written_for_lightning1(trainer: LightningOneMembers, module: Any) -> bool:
+    """Whether this run follows pytorch-lightning 1.9.5 (its RNG timing, autocast cache, csv columns, ...):
+    the Trainer was built with a spelling only 1.x has (``Trainer(gpus=0)``, ``resume_from_checkpoint=``,
+    ``Trainer.from_argparse_args``: Lightning 2 refuses the program, so 1.9.5 is its only owner), or
+    ``module`` defines a hook Lightning 2.0 removed (``model_configuration.is_lightning1_module``)."""
+    return trainer._lightning1.spelled or is_lightning1_module(module)
 
 
 def lightning_one_fit(trainer: LightningOneMembers, data: DataSource, ckpt_path: Any) -> Any:
@@ -161,7 +183,16 @@ class LightningOneMembers(RunProperties):
         """``cls(...)`` from the parsed arguments that are its own (others are the program's), ``kwargs`` over them."""
         from trainmesh.trainer.lightning1 import argparse_arguments
 
-        return argparse_arguments.from_argparse_args(cls, args, **kwargs)
+        made = argparse_arguments.from_argparse_args(cls, args, **kwargs)
+        # Lightning 2.0 removed the argparse classmethods: a program calling one was written for 1.x
+        # (the Trainer's own state, set as its construction returns; not the program's object)
+        made._lightning1.spelled = True
+        return made
+
+    @property
+    def _written_for_lightning1(self) -> bool:
+        """Whether this run follows pytorch-lightning 1.9.5 (:func:`written_for_lightning1`, with the run's module)."""
+        return written_for_lightning1(self, self.lightning_module)
 
     locals().update({name: _removed_property(name, instead) for name, instead in GRAVEYARD_PROPERTIES.items()})
     locals().update({name: _removed_method(name, instead) for name, instead in GRAVEYARD_METHODS.items()})
