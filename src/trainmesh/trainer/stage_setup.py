@@ -87,7 +87,7 @@ def prepare_stage(
     # Before configure_optimizers: trainer.estimated_stepping_batches may ask for the loader. Another
     # stage points the fit's data at its own module or data module, as Lightning's attach_dataloaders:
     # the estimate read after it asks their train_dataloader again.
-    fit_source = data if stage == "fit" else _fit_source_of(stage, data, model)
+    fit_source = data if stage == "fit" else _fit_source_of(stage, data, model, trainer._written_for_lightning1)
     state.fit_data = FitData(ctx, fit_source)
     if stage == "fit":  # every fit, as Lightning's: a second fit of the same model starts fresh optimizers
         configure_run_optimizers(
@@ -99,13 +99,14 @@ def prepare_stage(
     return ctx
 
 
-def _fit_source_of(stage: str, data: DataSource, model: Any) -> DataSource:
+def _fit_source_of(stage: str, data: DataSource, model: Any, lightning1: bool) -> DataSource:
     """The fit's data as another stage leaves it. pytorch-lightning 1.9's attach_dataloaders points the
     fit's validation at the loaders ``trainer.validate(model, loaders)`` was given (so that
     ``trainer.enable_validation`` is True during and after it, with no ``val_dataloader`` of the
-    module's); 2.x's validate has its own loop and leaves the fit's data on the module."""
+    module's); 2.x's validate has its own loop and leaves the fit's data on the module. ``lightning1``: the
+    run is 1.x's (its module's hooks or its Trainer's spelling)."""
     given = {}
-    if stage == "validate" and "validate" in data.given and is_lightning1_module(model):
+    if stage == "validate" and "validate" in data.given and lightning1:
         given["validate"] = data.given["validate"]
     return DataSource(datamodule=data.datamodule, model=model, given=given, trainer_fn="fit")
 
