@@ -367,6 +367,10 @@ COVERED_BY: dict[str, list[str]] = {
     ],
     "trainer/stage_results.py": ["trainer/test_resume_epoch_means_lightning.py", "trainer/test_results_per_hook.py"],
     "trainer/epoch_values.py": ["trainer/test_differential_epoch_means.py", "trainer/test_results_sync_dtype.py"],
+    "utilities/index_batches.py": [
+        "trainer/test_prediction_loop.py",
+        "strategies/test_lightning_process_dataloader.py",
+    ],
     "trainer/evaluation_epoch.py": [
         "trainer/test_evaluation_sanity_metrics.py",
         "trainer/test_evaluation_step_varargs.py",

@@ -5,12 +5,17 @@ after its sampler injection (``data_connector._process_dataloader``: the train l
 test and predict loader, once a setup). trainmesh's strategies have a method of that name with more
 arguments (``train``, ``seed``, ...: the sharding), so a subclass written for Lightning replaces it with
 a one-argument method: trainmesh's own is run first (the sharding), then the program's, as Lightning's.
+A predict loader reaches it as Lightning's does: rebuilt around the index-recording batch sampler
+(``batch_size`` None; an override rebuilding a loader from ``dataloader.batch_size`` predicts sample by
+sample there, as under Lightning).
 """
 
 from __future__ import annotations
 
 import inspect
 from typing import Any
+
+from trainmesh.utilities.index_batches import indexed
 
 
 def process_dataloader(strategy: Any, loader: Any, *, distribute: bool, **options: Any) -> Any:
@@ -26,6 +31,8 @@ def process_dataloader(strategy: Any, loader: Any, *, distribute: bool, **option
         if "process_dataloader" in cls.__dict__ and not _lightning_style(cls.__dict__["process_dataloader"])
     )
     processed = own(strategy, loader, **options) if distribute else loader
+    if options.get("predict"):  # Lightning's predict loader reaches it rebuilt around its index sampler
+        processed = indexed(processed)
     return strategy.process_dataloader(processed)
 
 

@@ -8,14 +8,13 @@ each batch are known; a loader with no batch sampler has none (Lightning warns a
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from torch.utils.data import DataLoader
-
 from trainmesh.trainer.loop_progress import Progress
-from trainmesh.utilities.dataloaders import replace_batch_sampler
+from trainmesh.utilities.index_batches import IndexBatchSampler as _IndexBatchSampler
+from trainmesh.utilities.index_batches import indexed as indexed
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 
@@ -92,31 +91,3 @@ class PredictLoop:
         if not self.return_predictions:
             self.predictions = []
         self.epoch_batch_indices = []
-
-
-class _IndexBatchSampler:
-    """A batch sampler that keeps the indices of the batches it gave in this iteration."""
-
-    def __init__(self, batch_sampler: Any) -> None:
-        self.batch_sampler = batch_sampler
-        self.sampler = getattr(batch_sampler, "sampler", None)
-        self.batch_size = getattr(batch_sampler, "batch_size", None)
-        self.drop_last = getattr(batch_sampler, "drop_last", False)
-        self.seen_batch_indices: list[list[int]] = []
-
-    def __iter__(self) -> Iterator[list[int]]:
-        self.seen_batch_indices = []
-        for batch in self.batch_sampler:
-            self.seen_batch_indices.append(batch)
-            yield batch
-
-    def __len__(self) -> int:
-        return len(self.batch_sampler)
-
-
-def indexed(loader: Any) -> Any:
-    """A copy of ``loader`` whose batch sampler records its batches' indices (the loader itself
-    where it is no DataLoader with a batch sampler)."""
-    if not isinstance(loader, DataLoader) or loader.batch_sampler is None:
-        return loader
-    return replace_batch_sampler(loader, _IndexBatchSampler(loader.batch_sampler))
