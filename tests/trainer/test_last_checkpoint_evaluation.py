@@ -108,6 +108,7 @@ def test_fit_from_last_looks_where_this_fit_saves_as_lightning_s(fixed_folder, t
                 callbacks=[checkpoint],
                 enable_checkpointing=True,
                 logger=framework.loggers.CSVLogger(save_dir=root),
+                default_root_dir=root,  # exact_resume's whole-run search looks there: not another test's files
                 **own,
             )
             with warnings.catch_warnings(record=True) as caught:
