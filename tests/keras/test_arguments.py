@@ -177,3 +177,51 @@ def test_a_ddp_fit_says_no_lightning_banner_as_keras_says_none(monkeypatch):
         logger.removeHandler(handler)
     assert ours.history == theirs.history  # the run is the one meant
     assert [line for line in lines if "distributed" in line] == said_by_keras == []
+
+
+def _own_step_with_unreduced_loss(reduce):
+    """keras-io's image captioning pattern, shrunk: ``model.loss`` keeps per-sample values (``reduction=None``)
+    and the program's own ``train_step`` reduces them itself, by ``reduce``."""
+    from keras import ops
+
+    class Captioner(keras.Model):
+        def train_step(self, data):
+            x, y = data
+            self.zero_grad()
+            per_sample = self.loss(y, self(x))
+            (ops.sum(per_sample) if reduce == "sum" else ops.mean(per_sample)).backward()
+            with torch.no_grad():
+                self.optimizer.apply([v.value.grad for v in self.trainable_weights], self.trainable_weights)
+            return {}
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    model = Captioner(inputs, keras.layers.Dense(2)(inputs))
+    model.compile(optimizer="sgd", loss=keras.losses.MeanSquaredError(reduction=None))
+    model(np.zeros((2, 4), "float32"))
+    model.optimizer.build(model.trainable_variables)
+    rows = np.random.default_rng(0).normal(size=(32, 6)).astype("float32")
+    return model, rows[:, :4], rows[:, 4:]
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_an_unreduced_loss_the_program_s_own_step_reduces_is_left_to_the_step_probe(reduce):
+    """A ``model.loss`` with ``reduction=None`` was refused before start whatever the step did with it, advising
+    'sum_over_batch_size', which breaks such a program in Keras' own fit (scout-k2: keras-io image captioning; its
+    per-sample-mean variant, right under several processes, refused too). Where the program's own step reduces the
+    loss, the step probe decides, as for any own step: the sum refused, the mean trains. A compiled loss Keras'
+    own step reduces is still refused by its reduction."""
+    from trainmesh.keras.arguments import check_loss_reduction
+    from trainmesh.keras.step_probe import refusal
+
+    model, x, y = _own_step_with_unreduced_loss(reduce)
+    check_loss_reduction(model)  # before: ValueError "MeanSquaredError(reduction=None)"
+    reason = refusal(model, x, y, None, None, world=2)
+    if reduce == "sum":
+        assert reason is not None and "the loss is a sum over the batch's samples" in reason, reason
+    else:
+        assert reason is None, reason
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    plain.compile(optimizer="sgd", loss=keras.losses.MeanSquaredError(reduction=None))
+    with pytest.raises(ValueError, match="reduction=None"):
+        check_loss_reduction(plain)

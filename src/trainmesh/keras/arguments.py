@@ -32,6 +32,7 @@ from trainmesh.keras.data import (
 from trainmesh.keras.masked_losses import refuse_batch_wide_losses
 from trainmesh.keras.metric_states import refuse_non_additive_metrics
 from trainmesh.keras.optimizers import own_overrides, refuse_own_apply
+from trainmesh.keras.own_forward import own_override
 from trainmesh.keras.routes import refuse_own_drivers
 from trainmesh.keras.step_means import evaluation_step_counts
 from trainmesh.runtime import Runtime
@@ -166,7 +167,12 @@ def check_predict(model: Any, x: Any, kwargs: dict[str, Any], world: int) -> Non
 
 def check_loss_reduction(model: Any) -> None:
     """Averaging per-process gradients (weighted by batch share) gives one process's gradient when
-    each loss is a mean over the batch's samples: Keras' default reduction."""
+    each loss is a mean over the batch's samples: Keras' default reduction. A step of the program's own
+    (``train_step`` or ``compute_loss`` overridden) may keep per-sample values (``reduction=None``) and reduce
+    them itself: the step probe decides there (step_probe.needs_probe), as for any own step; advising
+    'sum_over_batch_size' would break such a program in Keras' own fit (scout-k2: keras-io image captioning)."""
+    if own_override(model, "train_step") or own_override(model, "compute_loss"):
+        return
     losses = leaves(model.loss) if isinstance(model.loss, (list, tuple, dict)) else [model.loss]
     for loss in losses:
         reduction = getattr(loss, "reduction", "sum_over_batch_size")
