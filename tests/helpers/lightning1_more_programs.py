@@ -86,26 +86,7 @@ def last_checkpoint_after_no_improvement(pl, *, lightning1_hook: bool) -> dict:
     Checked by ``tests/callbacks/test_checkpoint_last_lightning1.py``."""
     import os
 
-    class Regressor(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = nn.Linear(3, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def validation_step(self, batch, batch_idx):
-            self.log("val_loss", float(abs(self.current_epoch - 1)))
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    if lightning1_hook:
-
-        def training_step_end(self, out):
-            return out
-
-        Regressor.training_step_end = training_step_end
+    Regressor = _regressor_class(pl, lightning1_hook=lightning1_hook)
     torch.manual_seed(0)
     loader = DataLoader(TensorDataset(torch.randn(8, 3)), batch_size=4)
     with tempfile.TemporaryDirectory() as root:
@@ -135,19 +116,7 @@ def trainer_spelled_for_1x(pl, *, spelling: str) -> dict:
         def on_train_epoch_start(self, trainer, module):
             draws.append(["epoch", trainer.current_epoch, round(torch.rand(1).item(), 6)])
 
-    class Regressor(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = nn.Linear(3, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def validation_step(self, batch, batch_idx):
-            self.log("val_loss", float(abs(self.current_epoch - 1)))
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+    Regressor = _regressor_class(pl, lightning1_hook=False)
 
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(8, 3))
@@ -187,3 +156,31 @@ def measure(root: str) -> dict:
         "trainer_gpus_0": trainer_spelled_for_1x(pl, spelling="gpus"),
         "trainer_from_argparse_args": trainer_spelled_for_1x(pl, spelling="argparse"),
     }
+
+
+def _regressor_class(pl, *, lightning1_hook: bool):
+    """The one-layer regressor both last.ckpt programs train: ``val_loss`` improves for two epochs, then not;
+    ``lightning1_hook``: with a ``training_step_end`` (a hook only 1.x has)."""
+
+    class Regressor(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val_loss", float(abs(self.current_epoch - 1)))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    if not lightning1_hook:
+        return Regressor
+
+    class RegressorWithStepEnd(Regressor):
+        def training_step_end(self, out):
+            return out
+
+    return RegressorWithStepEnd

@@ -35,7 +35,10 @@ class IndexBatchSampler:
 
 def indexed(loader: Any) -> Any:
     """A copy of ``loader`` whose batch sampler records its batches' indices (the loader itself
-    where it is no DataLoader with a batch sampler)."""
+    where it is no DataLoader with a batch sampler, or records them already: a Lightning-style
+    ``process_dataloader`` override handed the indexed predict loader back)."""
     if not isinstance(loader, DataLoader) or loader.batch_sampler is None:
+        return loader
+    if isinstance(loader.batch_sampler, IndexBatchSampler):
         return loader
     return replace_batch_sampler(loader, IndexBatchSampler(loader.batch_sampler))
