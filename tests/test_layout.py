@@ -60,7 +60,11 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/stage_trainer.py": ["trainer/test_hooks_order.py"],
     "trainer/fit_start.py": ["trainer/test_fit_loop.py"],
     "trainer/epoch_counts.py": ["trainer/test_fit_loop.py", "trainer/test_loop_views.py"],
-    "trainer/search_trials.py": ["tuner/test_in_fit_searches.py", "callbacks/test_finders.py"],
+    "trainer/search_trials.py": [
+        "tuner/test_in_fit_searches.py",
+        "callbacks/test_finders.py",
+        "tuner/test_search_logger.py",
+    ],
     "trainer/loop_progress.py": ["trainer/test_loop_views.py"],
     "callbacks/checkpoint_names.py": [
         "callbacks/test_model_checkpoint.py",

@@ -3,10 +3,10 @@
 1.9.5 and Lightning 2.6 cannot share one environment, so this runs in a venv of its own (see
 ``record_lightning_1_9_names.py`` for how to make it):
 
-    /tmp/pl19/bin/python tests/helpers/record_lightning_1_9_argparse.py
+    /work/ref/pl19/bin/python tests/helpers/record_lightning_1_9_argparse.py
 
-and rewrites ``tests/helpers/lightning_1_9_argparse.json``: each argument's name, default and how its
-value is parsed (the parser's type and nargs), and the namespace ``parse_argparser`` returns for
+and rewrites ``tests/helpers/lightning_1_9_argparse.json``: each argument's name (in the parser's order),
+default, how its value is parsed (the parser's type and nargs) and whether it has a help line, and the namespace ``parse_argparser`` returns for
 sample command lines. ``tests/trainer/test_argparse_1x.py`` compares trainmesh's with it.
 """
 
@@ -50,7 +50,11 @@ def _kind(action: argparse.Action) -> str:
 
 if __name__ == "__main__":
     parser = pl.Trainer.add_argparse_args(argparse.ArgumentParser())
-    arguments = {a.dest: {"default": repr(a.default), "kind": _kind(a)} for a in parser._actions if a.dest != "help"}
+    arguments = {
+        a.dest: {"default": repr(a.default), "kind": _kind(a), "help": bool(a.help)}
+        for a in parser._actions
+        if a.dest != "help"
+    }
     parses = []
     for line in COMMAND_LINES:
         namespace = pl.Trainer.parse_argparser(parser.parse_args(line))

@@ -2,9 +2,10 @@
 runs them (its ``BatchSizeFinder`` / ``LearningRateFinder`` at ``on_fit_start``, before any other
 callback's): the fit's state saved as a checkpoint (the callbacks' and the module's
 ``on_save_checkpoint``), then for each trial the fit's training loop run again from step 0 with the
-search's limits, no logger and only the search's callbacks (``prepare_data``, ``setup``,
-``configure_optimizers`` and ``on_fit_start`` are not run again: the module sees ``on_train_start`` ...
-``on_train_end`` per trial), and at the end the checkpoint restored (``on_load_checkpoint``), so the
+search's limits, Lightning's ``DummyLogger`` in place of the run's loggers and only the search's
+callbacks (``prepare_data``, ``setup``, ``configure_optimizers`` and ``on_fit_start`` are not run again:
+the module sees ``on_train_start`` ... ``on_train_end`` per trial), and at the end the run's loggers
+back and the checkpoint restored (``on_load_checkpoint``), so the
 fit goes on with the weights, optimizers and counts it had.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.loggers.logger import DummyLogger
 from trainmesh.trainer.checkpointing import build_checkpoint, restore_checkpoint
 from trainmesh.trainer.epoch_counts import restart_epoch_counts
 from trainmesh.trainer.fit_data import FitData
@@ -46,6 +48,10 @@ class SearchTrials:
         # and the loops' progress counts, which Lightning's checkpoint holds (trainer.fit_loop's after the search)
         self._counters = copy.deepcopy(ctx.state.progress)
         self._fresh = True  # the first trial starts from the state saved: nothing to restore
+        # Lightning's searches set trainer.logger = DummyLogger() (None without a logger) once the state is
+        # saved, until they restore it: the module's self.logger.experiment... runs and writes nothing
+        self._loggers = list(ctx.view.loggers)
+        ctx.view.logger = DummyLogger() if self._loggers else None  # type: ignore[misc]
 
     def run(
         self,
@@ -57,7 +63,8 @@ class SearchTrials:
         callbacks: list[Any] | None = None,
     ) -> None:
         """One trial from step 0 (Lightning's ``_try_loop_run``): ``train_loader`` (None: the fit's own
-        loader, asked for again) for ``max_steps`` steps, with ``callbacks`` only and no logger."""
+        loader, asked for again) for ``max_steps`` steps, with ``callbacks`` only and the search's
+        ``DummyLogger``."""
         ctx, state = self.ctx, self.ctx.state
         if not self._fresh:  # the loop's counts as the search began (Lightning loads its fit loop's state dict)
             restore_checkpoint(
@@ -79,7 +86,7 @@ class SearchTrials:
             ctx,
             settings=dataclasses.replace(ctx.settings, **limits),
             hooks=hooks,
-            publisher=Publisher(state, [], is_global_zero=ctx.publisher.is_global_zero),
+            publisher=Publisher(state, ctx.view.loggers, is_global_zero=ctx.publisher.is_global_zero),
         )
         source = self.fit_data.source
         if train_loader is not None:
@@ -91,9 +98,14 @@ class SearchTrials:
         finally:
             state.hooks = kept_hooks
 
+    def restore_loggers(self) -> None:
+        """The run's loggers back (Lightning's searches restore them before their checkpoint)."""
+        self.ctx.view.loggers = self._loggers  # type: ignore[misc]
+
     def restore(self) -> None:
         """The fit's state as the search began (Lightning restores its checkpoint: ``on_load_checkpoint``)."""
         ctx = self.ctx
+        self.restore_loggers()
         restore_checkpoint(ctx.state, ctx.runtime, ctx.view, self._checkpoint, source="", weights_only=False)
         restore_counters(ctx.state.progress, self._counters)
         restart_epoch_counts(ctx.state, resumed=False)

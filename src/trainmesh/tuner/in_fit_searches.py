@@ -56,6 +56,7 @@ def scale_batch_size(
         trials.fit_data.train_loader()
     if trials.fit_data.validation_enabled():  # Lightning's _reset_dataloaders sets the val loaders up again:
         trials.fit_data.val_loaders(reload=True)  # the fit's (it asks for none after)
+    trials.restore_loggers()  # (Lightning restores its params before the progress bar)
     enable_progress_bar(trials.ctx.view)
     trials.restore()
     temporary_checkpoint.restored(path)
@@ -93,6 +94,7 @@ def lr_find(
     if state.global_step != num_training + start:  # Lightning's line
         log.info(f"LR finder stopped early after {state.global_step} steps due to diverging loss.")
     state.lr_scheduler_configs[:] = schedulers
+    trials.restore_loggers()  # (Lightning restores its params before the progress bar)
     enable_progress_bar(ctx.view)
     # Each rank ran the search on its own share (the losses its own); every rank takes rank 0's, as Lightning's
     finder.results = ctx.runtime.broadcast(finder.results, 0)

@@ -141,7 +141,7 @@ class Tuner:
         try:
             # (the run's callbacks get setup/teardown around the search, as in 1.9.5's _run of its own)
             trainer.callbacks = [RunCallbacksSetup(trainer.callbacks), _ExchangeScheduler(finder), recorder]
-            trainer.loggers = []
+            trainer.loggers = _search_loggers(trainer)
             trainer.max_steps, trainer.limit_val_batches = num_training + trainer.global_step, num_training
             trainer.num_sanity_val_steps = 0  # Lightning's search runs the fit loop alone
             start = trainer.global_step
@@ -209,7 +209,7 @@ class Tuner:
         kept = {name: getattr(trainer, name) for name in ("callbacks", "loggers", "max_steps", "limit_train_batches")}
         kept |= {"limit_val_batches": trainer.limit_val_batches, "num_sanity_val_steps": trainer.num_sanity_val_steps}
         try:
-            trainer.callbacks, trainer.loggers = [], []
+            trainer.callbacks, trainer.loggers = [], _search_loggers(trainer)
             trainer.max_steps, trainer.limit_train_batches = steps_per_trial, 1.0
             trainer.limit_val_batches, trainer.num_sanity_val_steps = steps_per_trial, 0
             first_adjust(size, length, value=init_val)
@@ -270,6 +270,14 @@ def _apply_suggestion(model: Any, attr: str, finder: _LRFinder) -> None:
     if lr is not None:
         set_lr(model, attr, lr)
         log.info(f"Learning rate set to {lr}")
+
+
+def _search_loggers(trainer: Trainer) -> list[Any]:
+    """Lightning's searches' loggers: ``trainer.logger = DummyLogger() if trainer.logger is not None else None``
+    (1.9.5's and 2.6's), so a hook's ``self.logger.experiment...`` runs and writes nothing."""
+    from trainmesh.loggers.logger import DummyLogger
+
+    return [DummyLogger()] if trainer.loggers else []
 
 
 def _refuse_a_configured_finder(trainer: Trainer, name: str) -> None:
