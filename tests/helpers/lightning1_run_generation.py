@@ -63,6 +63,32 @@ def ddp_unused_head(pl) -> dict:
     }
 
 
+def missing_checkpoint(pl) -> list:
+    """``fit(ckpt_path=<a file that is not there>)``: the exception's class and words (1.9.5's own)."""
+
+    class Regressor(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = pl.Trainer.from_argparse_args(Namespace(accelerator="cpu", devices=1, max_steps=1, **QUIET))
+    try:
+        trainer.fit(Regressor(), DataLoader(TensorDataset(torch.randn(4, 3))), ckpt_path="missing.ckpt")
+    except Exception as error:  # noqa: BLE001  # what is compared
+        return [type(error).__name__, str(error)]
+    return ["ran"]
+
+
 def measure(root: str) -> dict:
     pl = importlib.import_module(root)
-    return {"precision_answers": precision_answers(pl), "ddp_unused_head": ddp_unused_head(pl)}
+    return {
+        "precision_answers": precision_answers(pl),
+        "ddp_unused_head": ddp_unused_head(pl),
+        "missing_checkpoint": missing_checkpoint(pl),
+    }

@@ -48,3 +48,13 @@ def test_a_lightning1_trainer_spelling_gives_ddp_1_9_5_s_find_unused_parameters(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert programs.ddp_unused_head(tm) == RECORDED["measured"]["ddp_unused_head"]
+
+
+def test_a_lightning1_trainer_spelling_gets_1_9_5_s_missing_checkpoint_words(caplog):
+    """``fit(ckpt_path=<missing>)`` under ``from_argparse_args``: 1.9.5's FileNotFoundError words ("Checkpoint at
+    ... not found. Aborting training."); before: 2.6's ("Checkpoint file not found: ...", only a module with 1.x
+    hooks got 1.9.5's)."""
+    caplog.set_level(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert programs.missing_checkpoint(tm) == RECORDED["measured"]["missing_checkpoint"]
