@@ -60,6 +60,13 @@ class TrainerPort:
         if refuse is not None:
             refuse()
 
+    def follow_run_generation(self, lightning1: bool) -> None:
+        """Before a stage places its module: whether the Trainer's run is pytorch-lightning 1.x's, for a
+        strategy whose defaults differ by generation (ddp's ``find_unused_parameters``)."""
+        follow = getattr(self._runtime.strategy, "follow_run_generation", None)
+        if follow is not None:
+            follow(lightning1)
+
     def reseed_for_run(self) -> None:
         """Seed every generator again with the latest ``seed_everything``'s seed where the strategy's
         ``capabilities.reseeds_each_run`` (Lightning's ``reset_seed()`` as its DDP, FSDP and

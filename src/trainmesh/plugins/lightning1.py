@@ -12,6 +12,8 @@ ColossalAI, Apex) are refused with what to use instead.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -27,9 +29,24 @@ from trainmesh.plugins.precision import (  # noqa: F401  # this module's 1.x nam
 from trainmesh.strategies.registry import STRATEGIES
 from trainmesh.utilities.refusal import refused_class, renamed_class
 
+# Each object a 1.x name below made, by its id: a Trainer given one runs as pytorch-lightning 1.x's
+# (trainer/lightning1/trainer_members.py), as one given any other spelling only 1.x has.
+_MADE_BY_OLD_NAME: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def made_by_lightning1_name(value: Any) -> bool:
+    """Whether ``value`` was made by one of the 1.x names of this module (``DDPPlugin(...)``)."""
+    return _MADE_BY_OLD_NAME.get(id(value)) is value
+
 
 def _today(old: str, new: str, make: Callable[..., Any]) -> type:
-    return renamed_class(old, new, make, module=__name__)
+    @functools.wraps(make)  # (its signature is the old name's)
+    def made(*args: Any, **kwargs: Any) -> Any:
+        value = make(*args, **kwargs)
+        _MADE_BY_OLD_NAME[id(value)] = value
+        return value
+
+    return renamed_class(old, new, made, module=__name__)
 
 
 def _named(name: str, **fixed: Any) -> Callable[..., Any]:

@@ -18,7 +18,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainmesh.accelerators import device_for
 from trainmesh.launchers.base import ProcessInfo
-from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.strategies import checkpoint as checkpoints
 from trainmesh.strategies.capabilities import REPLICATED, WORLD, MemoryModel, StrategyCapabilities
 from trainmesh.strategies.compile import apply_compile, compile_setting, refuse_compile
@@ -61,7 +60,7 @@ class DDPStrategy(DistributedStrategy):
 
     Args:
         start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
-        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a module written for 1.x, Lightning 2.x's False for any other) (default ``None``).
+        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a Trainer's run written for 1.x, Lightning 2.x's False for any other) (default ``None``).
         bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
         gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
         static_graph: DDP's option: the graph is the same every step (default ``False``).
@@ -133,6 +132,13 @@ class DDPStrategy(DistributedStrategy):
         """The step's output when the module has no ``training_step_end``."""
         return output
 
+    _lightning1_run = False  # the Trainer's run follows pytorch-lightning 1.9.5 (follow_run_generation)
+
+    def follow_run_generation(self, lightning1: bool) -> None:
+        """Before the Trainer places a stage's module: whether its run is pytorch-lightning 1.x's (the module's
+        hooks or the Trainer's 1.x spelling), whose DDP default ``find_unused_parameters`` is 1.9.5's True."""
+        self._lightning1_run = lightning1
+
     def setup_module(self, module: nn.Module) -> nn.Module:
         module = self.precision.convert_module(module, device=self._device)
         if (setting := compile_setting(self.placement.compile, module)) is not None:
@@ -145,8 +151,9 @@ class DDPStrategy(DistributedStrategy):
         if options["find_unused_parameters"] is None:
             # Not given: each Lightning generation's own default. pytorch-lightning 1.9.5's DDPStrategy and
             # DDPSpawnStrategy (every "ddp*" string but "_find_unused_parameters_false") set True in
-            # pre_configure_ddp, so a 1.x module with a head its loss never reads trains there; 2.x: False.
-            options = {**options, "find_unused_parameters": is_lightning1_module(module)}
+            # pre_configure_ddp, so a 1.x run's module with a head its loss never reads trains there; 2.x
+            # (and Fabric, of either generation): False.
+            options = {**options, "find_unused_parameters": self._lightning1_run}
         if getattr(module, "automatic_optimization", True) is False or steps_each_optimizer(module):
             # Manual optimization (a GAN), or Lightning 1.x's training_step(batch, batch_idx, optimizer_idx):
             # each backward reaches only one optimizer's parameters, so the reducer must be told which
@@ -250,7 +257,7 @@ class DDP2Strategy(DDPStrategy):
 
     Args:
         start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
-        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a module written for 1.x, Lightning 2.x's False for any other) (default ``None``).
+        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a Trainer's run written for 1.x, Lightning 2.x's False for any other) (default ``None``).
         bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
         gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
         static_graph: DDP's option: the graph is the same every step (default ``False``).
@@ -298,7 +305,7 @@ class ZeRO1Strategy(DDPStrategy):
 
     Args:
         start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
-        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a module written for 1.x, Lightning 2.x's False for any other) (default ``None``).
+        find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a Trainer's run written for 1.x, Lightning 2.x's False for any other) (default ``None``).
         bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
         gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
         static_graph: DDP's option: the graph is the same every step (default ``False``).

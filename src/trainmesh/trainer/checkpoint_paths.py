@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 from trainmesh.checkpoint import CheckpointPlaces, remove_interrupted_saves, resolve_checkpoint
-from trainmesh.model_configuration import is_lightning1_module
 from trainmesh.trainer.best_checkpoint import check_best_known
 from trainmesh.trainer.last_checkpoint import evaluation_last_checkpoint
 from trainmesh.trainer_view import TrainerView
@@ -59,9 +58,9 @@ def resolve_ckpt_path(
 def raise_missing_checkpoint(trainer: TrainerView, path: str) -> None:
     """A named checkpoint that is not there, as Lightning meets it: its checkpoint connector's line
     (``resume_start``) first, then its checkpoint IO's FileNotFoundError in its own words (2.6's, or
-    1.9's for a pytorch-lightning 1.x module; a program may match them)."""
+    1.9's for a run written for pytorch-lightning 1.x; a program may match them)."""
     rank_zero_info(f"Restoring states from the checkpoint path at {path}")
-    if is_lightning1_module(trainer.lightning_module):
+    if trainer._written_for_lightning1:  # (the module's 1.x hooks or the Trainer's 1.x spelling)
         raise FileNotFoundError(f"Checkpoint at {path} not found. Aborting training.")
     raise FileNotFoundError(f"Checkpoint file not found: {path}")
 

@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from trainmesh.trainer.stop_limits import min_met
+from trainmesh.utilities.exceptions import MisconfiguredValue
 
 if TYPE_CHECKING:
     from trainmesh.trainer.fit_data import FitData
@@ -39,6 +40,9 @@ def val_check_batches(state: LoopState, settings: LoopSettings, fit_data: FitDat
         return interval
     if limit == math.inf:
         if interval != 1.0:
-            raise ValueError("val_check_interval as a fraction needs a train loader with a length; give an int")
+            raise MisconfiguredValue(  # Lightning's class and words (still a ValueError, as before)
+                "When using an IterableDataset for `train_dataloader`, `Trainer(val_check_interval)` must be time "
+                "based, `1.0` or an int. An int k specifies checking validation every k training batches."
+            )
         return math.inf  # unknown length: validate once, at the end of the epoch
     return max(1, int(limit * interval))

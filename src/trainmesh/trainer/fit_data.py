@@ -163,7 +163,8 @@ def _check_val_interval_fits(ctx: LoopContext, count: int | float) -> None:
     if isinstance(interval, int) and interval > count and count != 0:
         if settings.check_val_every_n_epoch is not None and settings.limit_val_batches > 0:
             raise ValueError(  # Lightning's type
-                f"val_check_interval={interval} must be less than or equal to the number of the training batches "
-                f"({count}): validation counts batches within an epoch, so it would never run. Set limit_val_batches=0 "
-                "to turn validation off, or check_val_every_n_epoch=None to count batches across epochs"
+                f" `val_check_interval` ({interval}) must be less than or equal"
+                f" to the number of the training batches ({count})."
+                " If you want to disable validation set `limit_val_batches` to 0.0 instead."
+                " If you want to validate based on the total training batches, set `check_val_every_n_epoch=None`."
             )

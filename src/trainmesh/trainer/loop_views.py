@@ -257,10 +257,19 @@ class TrainingEpochLoopView(_View):
         # Lightning's is_last_batch is the Trainer's (set as each batch is fetched)
         return ProgressCopy.of(self._counters.train_batches, is_last_batch=self._owner.is_last_batch)
 
+    # Lightning's is a plain attribute a program may set at any time (RAVE's and SonyCSL's scripts before fit,
+    # Fengshen's modules in on_load_checkpoint): the loggers' next steps count on from it, and a resume's
+    # checkpoint overwrites it, as there
+    _running_writes = frozenset({"_batches_that_stepped"})
+
     @property
     def _batches_that_stepped(self) -> int:
         """The batches that ended with an optimizer step: the step the loggers are given."""
         return self._owner.loop.batches_stepped
+
+    @_batches_that_stepped.setter
+    def _batches_that_stepped(self, value: int) -> None:
+        cast(LoopPosition, self._owner.loop).batches_stepped = value  # (the Trainer's loop state, read-only typed)
 
     @property
     def global_step(self) -> int:

@@ -29,16 +29,25 @@ class SortedPlugins:
     layer_sync: LayerSync | None
 
 
+def listed(plugins: Any) -> list[Any]:
+    """``Trainer(plugins=...)`` as a list (one plugin, None or an iterable of them)."""
+    if plugins is None:
+        return []
+    return [plugins] if not isinstance(plugins, Iterable) or isinstance(plugins, str) else list(plugins)
+
+
+def is_strategy(plugin: Any) -> bool:
+    """Whether ``plugin`` is a strategy (a name, or an object: ``DDPPlugin(...)``), which only Lightning 1.x
+    took in ``plugins`` (up to 1.7; 1.8 and 2.x raise)."""
+    return isinstance(plugin, str) or callable(getattr(plugin, "with_placement", None))
+
+
 def sort_plugins(
     plugins: Any, *, precision: str | int, strategy: Any, sync_batchnorm: bool, precision_given: bool = True
 ) -> SortedPlugins:
     """The settings ``plugins`` stand for, checked (Lightning's messages where it has one).
     ``precision_given``: the program passed ``precision`` (any value beside a precision plugin raises)."""
-    given = (
-        []
-        if plugins is None
-        else ([plugins] if not isinstance(plugins, Iterable) or isinstance(plugins, str) else list(plugins))
-    )
+    given = listed(plugins)
     if not given and not sync_batchnorm:
         return SortedPlugins(precision, strategy, None, None, None)  # without plugins the package is not imported
     from trainmesh.plugins import (
@@ -54,7 +63,7 @@ def sort_plugins(
     writer, precision_plugin = None, None
     layer_sync: LayerSync | None = TorchSyncBatchNorm() if sync_batchnorm else None
     for plugin in given:
-        if isinstance(plugin, str) or callable(getattr(plugin, "with_placement", None)):
+        if is_strategy(plugin):
             strategy = _strategy_from_plugin(plugin, strategy)
         elif isinstance(plugin, Precision):
             _refuse_own_precision_methods(plugin)

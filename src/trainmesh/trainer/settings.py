@@ -111,9 +111,9 @@ def check_loop_settings(
     """The Trainer's loop arguments checked (``ValueError`` naming the first bad one), with defaults filled in."""
     if check_val_every_n_epoch is None and isinstance(val_check_interval, float):
         # Lightning's type: a fraction of an epoch means nothing where validation ignores epochs
-        raise MisconfigurationException(
-            f"val_check_interval={val_check_interval}, a fraction of an epoch, with check_val_every_n_epoch=None, "
-            "where validation counts batches across epochs: give val_check_interval as an integer number of batches"
+        raise MisconfigurationException(  # (Lightning's words; trainmesh has no time-based interval: an integer)
+            "`val_check_interval` should be an integer or a time-based duration (str 'DD:HH:MM:SS', "
+            "datetime.timedelta, or dict kwargs for timedelta) when `check_val_every_n_epoch=None`."
         )
     dev_run = _check_fast_dev_run(fast_dev_run)
     if dev_run:
@@ -235,7 +235,7 @@ def _check_val_interval(value: int | float | None) -> int | float:
             "(every that many training batches) or a float (that fraction of an epoch)"
         )
     if value < 0 or (isinstance(value, float) and value > 1.0):
-        raise InvalidSetting(f"{invalid_value_words('val_check_interval', value)} (a float is a fraction of an epoch)")
+        raise InvalidSetting(invalid_value_words("val_check_interval", value))
     if isinstance(value, float) and value == 0.0:
         raise InvalidSetting(
             "val_check_interval=0.0: a float is a fraction of an epoch in (0, 1]; an int counts batches"

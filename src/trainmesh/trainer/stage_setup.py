@@ -116,13 +116,14 @@ def _place_model(trainer: StageTrainer, model: Any, hooks: HookDispatcher, stage
     and placement run once per model object, so fit-then-test keeps the trained (wrapped) model instead
     of wrapping it a second time; Lightning calls configure_model again at every later stage."""
     state, runtime = trainer._state, trainer.runtime
+    lightning1 = trainer._written_for_lightning1  # (the module's hooks or the Trainer's 1.x spelling)
+    runtime.trainer_port.follow_run_generation(lightning1)  # (ddp's find_unused_parameters default)
     if state.prepared_module_id != id(model):
         state.model = place_model(model, runtime, hooks, trainer._layer_sync if stage == "fit" else None)
         state.prepared_module_id = id(model)
         state.optimizers, state.lr_scheduler_configs = [], []
     else:
         configure_placed_model(model, runtime, hooks)
-    lightning1 = trainer._written_for_lightning1  # (the module's hooks or the Trainer's 1.x spelling)
     runtime.precision.follow_module_generation(lightning1)
     for logger in trainer.loggers:  # (metrics.csv's header order is the generation's too)
         if isinstance(logger, CSVLogger):

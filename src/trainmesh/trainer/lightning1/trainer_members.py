@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import warnings
 from argparse import ArgumentParser, Namespace
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,6 +26,7 @@ from trainmesh.trainer.lightning1.grad_norm import GradNormTracking, check_norm_
 from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS
 from trainmesh.trainer.lightning1.one_run import LightningOneRun
 from trainmesh.trainer.lightning1.trainer_arguments import LIGHTNING1_ARGUMENTS, resume_notice
+from trainmesh.trainer.plugins_argument import is_strategy, listed
 from trainmesh.trainer.run_properties import RunProperties
 from trainmesh.utilities.refusal import LightningOneName
 
@@ -94,6 +96,11 @@ def _removed_method(name: str, instead: str, removed_when: str = _REMOVED) -> An
     return removed
 
 
+# pytorch-lightning 1.9.5's trainer.precision (its precision plugin's ``precision``: "32", "64", and str(16) or
+# "bf16" for its MixedPrecisionPlugin) for each of Lightning 2's names (tests/helpers/lightning_1_9_run_generation.json);
+# "16-true" and "bf16-true", which 1.9.5 had not, keep 2.6's.
+LIGHTNING1_PRECISIONS = {"32-true": "32", "64-true": "64", "16-mixed": "16", "bf16-mixed": "bf16"}
+
 _TRAIN_LOADER_MODES = ("max_size_cycle", "min_size")  # 1.9.5's CombinedLoader modes for fit
 
 
@@ -126,7 +133,19 @@ def lightning_one_run(arguments: dict[str, Any]) -> LightningOneRun:
         "track_grad_norm",
     )
     spelled = any(arguments[name] != default for name, default in LIGHTNING1_ONLY_DEFAULTS.items())
+    spelled = spelled or lightning1_plugins(arguments["plugins"], arguments["strategy"])
     return LightningOneRun(multiple_trainloader_mode=mode, spelled=spelled, **{name: arguments[name] for name in names})
+
+
+def lightning1_plugins(plugins: Any, strategy: Any) -> bool:
+    """Whether ``Trainer(plugins=, strategy=)`` is spelled as only Lightning 1.x spelled it: a strategy in
+    ``plugins`` (``DDPPlugin(...)``, ``"ddp_sharded"``), or an object made by a 1.x plugin name
+    (``strategy=DDPPlugin()``, ``NativeMixedPrecisionPlugin(...)``: plugins/lightning1.py)."""
+    given = listed(plugins)
+    # a program that made nothing by a 1.x name never imported that module (it is not imported here)
+    named = sys.modules.get("trainmesh.plugins.lightning1")
+    made = named is not None and any(named.made_by_lightning1_name(value) for value in [*given, strategy])
+    return made or any(is_strategy(plugin) for plugin in given)
 
 
 def written_for_lightning1(trainer: LightningOneMembers, module: Any) -> bool:
@@ -193,6 +212,13 @@ class LightningOneMembers(RunProperties):
     def _written_for_lightning1(self) -> bool:
         """Whether this run follows pytorch-lightning 1.9.5 (:func:`written_for_lightning1`, with the run's module)."""
         return written_for_lightning1(self, self.lightning_module)
+
+    @property
+    def precision(self) -> str:
+        """The run's precision: pytorch-lightning 1.9.5's name of it in a run written for 1.x (``"32"``,
+        ``"bf16"``), else Lightning 2.6's (``"32-true"``, ``"bf16-mixed"``)."""
+        name = super().precision
+        return LIGHTNING1_PRECISIONS.get(name, name) if self._written_for_lightning1 else name
 
     locals().update({name: _removed_property(name, instead) for name, instead in GRAVEYARD_PROPERTIES.items()})
     locals().update({name: _removed_method(name, instead) for name, instead in GRAVEYARD_METHODS.items()})
