@@ -9,6 +9,7 @@ test starts 2 torchrun nodes of one process each.
 """
 
 import contextlib
+import functools
 import importlib.util
 import io
 import math
@@ -45,11 +46,20 @@ def ranks(root: Path, leg: str) -> tuple[dict, dict]:
 
 def one_process(leg: str):
     """Keras' own model.fit in this process at the global batch, with the leg's callbacks."""
+    model, history, _ = one_process_printing(leg)
+    return model, history
+
+
+@functools.cache
+def one_process_printing(leg: str):
+    """``one_process`` and what its callbacks printed: run once per leg and kept, the plateau and
+    scheduler legs' fits serving two tests each (the weights and History are only read)."""
     import keras_callbacks_run as run
 
     model, x, y, arguments = run.fit_arguments(leg, 2 * run.BATCH)
-    history = model.fit(x, y, verbose=0, **arguments)
-    return model, history
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        history = model.fit(x, y, verbose=0, **arguments)
+    return model, history, printed.getvalue()
 
 
 def largest_difference(a: dict, b: dict) -> float:
@@ -85,10 +95,9 @@ def test_callbacks_print_their_verbose_lines_once_on_rank_0(ddp, leg):
     "Epoch k: ReduceLROnPlateau reducing learning rate to ...", "Epoch k: early stopping", "Restoring model
     weights ..." once), rank 1's empty. (Before: every line printed by both ranks.)"""
     zero, one = ranks(ddp, leg)
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
-        one_process(leg)
-    assert printed.getvalue().count("Epoch ") >= 3, "the leg's callbacks must print"
-    assert zero["stdout"] == printed.getvalue()
+    _, _, printed = one_process_printing(leg)
+    assert printed.count("Epoch ") >= 3, "the leg's callbacks must print"
+    assert zero["stdout"] == printed
     assert one["stdout"] == ""
 
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE))
 from ddp_run import Net, dataset  # noqa: E402
 from legs import run, run_torchrun_nodes, weights  # noqa: E402
 
-from helpers.batches import Batches  # noqa: E402
+from helpers.batches import Batches, LegFailed  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.launchers.environments import find_free_port  # noqa: E402
 
@@ -48,6 +48,9 @@ def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
         leg("callbacks", 2, "callbacks", str(root / "ckpts")),
         leg("gather-grads.pt", 2, "gather_grads"),
         leg("strategy-face", 2, "strategy_face"),
+        ("unused-find", 2, ["unused", "find"], {}),  # (writes no file)
+        # Fails in both ranks (torch's reducer error): last in its launch.
+        ("unused-default", 2, ["unused", "default"], {}),
         leg("single.pt", 1, "single"),
         leg("single-sgd.pt", 1, "single", "sgd"),
     ]
@@ -243,13 +246,12 @@ def _lightning_unused_parameters_words():
     return err.args[0]
 
 
-def test_unused_parameters_error_names_the_option_and_the_option_fixes_it():
-    result = run(str(SCRIPT), "unused", "default", timeout=90, forked=True, world=2)
-    assert result.returncode != 0
+def test_unused_parameters_error_names_the_option_and_the_option_fixes_it(legs):
+    with pytest.raises(LegFailed) as failed:
+        legs("unused-default")
     # Lightning's words, in torch's RuntimeError (l-ddp-progs5 h6: a DQN's target network)
-    assert f"RuntimeError: {_lightning_unused_parameters_words()}" in result.stderr
-    result = run(str(SCRIPT), "unused", "find", timeout=90, forked=True, world=2)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"RuntimeError: {_lightning_unused_parameters_words()}" in str(failed.value)
+    legs("unused-find")  # LegFailed, with its traceback, if it failed
 
 
 def test_ddp_fork_returns_the_trained_weights_to_the_parent(handwritten):
