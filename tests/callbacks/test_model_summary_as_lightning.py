@@ -241,3 +241,53 @@ def test_model_summary_summarize_returns_lightning_s_layers(modules, depth):
     expected = read(LightningSummary(theirs, max_depth=depth))
     assert expected[1] is False and ("pair", "Pair", 40, [[5, 4], [5, 4]], [[5, 6], [5, 2]], True) in expected[0]
     assert read(LightningNamedSummary(ours, max_depth=depth)) == expected
+
+
+@pytest.mark.parametrize("with_example", [False, True], ids=["no_example", "example_input_array"])
+def test_lazy_layers_are_counted_and_warned_of_as_lightning(with_example):
+    """A lazy layer (hse-scila/EyeFeatures' classifier head is ``nn.LazyLinear``s): without an example input
+    Lightning counts its parameters as 0 and warns "The total number of parameters detected may be
+    inaccurate ..." (once a process); with ``example_input_array`` the example's forward initializes them
+    first and the totals count them, without the warning. Before: no warning, a line of trainmesh's own
+    under the table, and the totals counted before the example's forward (0 for the lazy layer)."""
+    import warnings
+
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.model_summary import model_summary as lightning_summary_module
+
+    import trainmesh as tm
+    from trainmesh.utilities.model_summary import table as summary_table_module
+
+    def build(base: type) -> nn.Module:
+        class Lazy(base):
+            def __init__(self) -> None:
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(4, 6), nn.ReLU())
+                self.head = nn.LazyLinear(3)
+                if with_example:
+                    self.example_input_array = torch.zeros(2, 4)
+
+            def forward(self, x):
+                return self.head(self.body(x))
+
+        torch.manual_seed(0)
+        return Lazy()
+
+    def run(summary_text, module, cache) -> tuple[str, list[str]]:
+        cache.clear()  # each keeps its warning once a process: start both afresh
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            text = summary_text(module)
+        return text, [str(w.message) for w in caught if "UninitializedParameter" in str(w.message)]
+
+    theirs = run(
+        lambda m: str(lightning_summary_module.summarize(m)),
+        build(pl.LightningModule),
+        lightning_summary_module.warning_cache,
+    )
+    ours_cache = getattr(summary_table_module, "_WARNINGS", set())  # none before the fix
+    ours = run(lambda m: format_summary(summarize(m)), build(tm.LightningModule), ours_cache)
+    assert ours == theirs
+    assert len(theirs[1]) == (0 if with_example else 1)
+    # 30 without the lazy layer's 21 parameters
+    assert f"{51 if with_example else 30:<10}Total params" in theirs[0]

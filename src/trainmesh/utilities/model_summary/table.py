@@ -14,12 +14,21 @@ import torch
 from torch.nn.parameter import UninitializedParameter
 from torch.utils.hooks import RemovableHandle
 
+from trainmesh.utilities.rank_zero import WarningCache
+
 __all__ = ["SummaryRow", "SummaryTable", "format_summary", "human_readable_count", "summarize"]
 
 UNKNOWN_SIZE = "?"  # Lightning's: a layer the example did not reach, or an input without a shape
 LEFTOVER_PARAMS_NAME = "other params"
 NOT_APPLICABLE = "n/a"
 _COUNT_LABELS = ("", "K", "M", "B", "T")
+# Lightning's model_summary.warning_cache: its words once per process, as a lazy layer is counted.
+_WARNINGS = WarningCache()
+UNINITIALIZED_WARNING = (
+    "The total number of parameters detected may be inaccurate because the model contains"
+    " an instance of `UninitializedParameter`. To get an accurate number, set `self.example_input_array`"
+    " in your LightningModule."
+)
 
 
 class SummaryRow(NamedTuple):
@@ -122,15 +131,17 @@ def summarize(module: torch.nn.Module, max_depth: int = 1) -> SummaryTable:
             f"`max_depth` can be -1, 0 or > 0, got {max_depth}. Use 1 for the top-level layers, a larger "
             "number for nested ones, -1 for every layer, or 0 for the totals only."
         )
-    table = _totals(module)
     layers = summary_layers(module, max_depth)
     sizes = [_Sizes(layer) for _, layer in layers]
     flops: dict[str, dict[Any, int]] = {}
-    if getattr(module, "example_input_array", None) is not None:
-        table.with_sizes = True
+    with_sizes = getattr(module, "example_input_array", None) is not None
+    if with_sizes:
         flops = forward_example_input(module, max_depth)
     for recorder in sizes:
         recorder.detach()
+    # Counted after the example's forward, as Lightning counts: it initializes lazy layers.
+    table = _totals(module)
+    table.with_sizes = with_sizes
     modes = [m.training for m in list(module.modules())[1:]]
     table.train_modules, table.eval_modules = modes.count(True), modes.count(False)
     table.total_flops = sum(flops.get("Global", {}).values())
@@ -167,6 +178,7 @@ def _totals(module: torch.nn.Module) -> SummaryTable:
     for param in module.parameters():
         if isinstance(param, UninitializedParameter):
             table.has_uninitialized = True
+            _WARNINGS.warn(UNINITIALIZED_WARNING)
             continue
         count = param.numel()
         if param.requires_grad:
@@ -293,7 +305,4 @@ def _total_lines(summary: SummaryTable) -> list[str]:
         (str(summary.eval_modules), "Modules in eval mode"),
         (_cell_count(summary.total_flops), "Total Flops"),
     ]
-    lines = [f"{value:<10}{label}" for value, label in totals]
-    if summary.has_uninitialized:
-        lines.append("Lazy layers are not initialized yet: their parameters are not counted.")
-    return lines
+    return [f"{value:<10}{label}" for value, label in totals]
