@@ -140,3 +140,55 @@ def test_a_ratio_loss_applied_once_per_caption_is_named_a_ratio():
     assert "the loss is a ratio over the batch" in reason and f"at each of its {CAPTIONS} applies" in reason, reason
     assert "Divide by a count that does not depend on the batch's content" in reason, reason
     assert "parts of its batch" not in reason and "Apply once per batch" not in reason, reason
+
+
+@pytest.mark.parametrize("fed", ["ratio", "weighted", "drawn_ratio"])
+def test_a_tracker_only_a_test_step_of_its_own_feeds_is_compared_too(fed):
+    """Keras' own train_step and a test_step of the program's own feeding its tracker the masked accuracy: before,
+    not probed (the step probe ran only an own train_step) and val_acc read the mean of the processes' ratios;
+    now refused naming the test_step. Per-token values with sample_weight pass, beside a tracker of a loss Keras
+    reduces over a mask (ignore_class: the probe's halves divide by the whole batch's count, as the run divides by
+    the global batch's; masked_counts.py); a test_step that draws (noise
+    from Keras' global seed generator) is not compared (its halves would draw otherwise): not refused."""
+    import keras
+    from keras import ops
+    from trainmesh.keras.step_probe import refusal
+
+    class Tagger(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+            self.acc_tracker = keras.metrics.Mean(name="acc")
+            self.loss_tracker = keras.metrics.Mean(name="loss")
+
+        @property
+        def metrics(self):
+            return [self.loss_tracker, self.acc_tracker]
+
+        def call(self, x):
+            return self.dense(x)
+
+        def test_step(self, data):
+            x, y = data
+            logits = self(x + 0.1 * keras.random.normal(ops.shape(x)) if fed == "drawn_ratio" else x)
+            self.loss_tracker.update_state(self.compute_loss(x, y, logits))  # over a mask: the run's global count
+            mask = ops.cast(ops.not_equal(y, 0), "float32")
+            right = ops.cast(ops.equal(y, ops.argmax(logits, axis=-1)), "float32") * mask
+            if fed == "weighted":
+                self.acc_tracker.update_state(right, sample_weight=mask)
+            else:
+                self.acc_tracker.update_state(ops.sum(right) / ops.sum(mask))
+            return {m.name: m.result() for m in self.metrics}
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(32, 4, 5)).astype("float32")
+    y = np.where(np.arange(4) < rng.integers(1, 5, size=(32, 1)), rng.integers(1, 3, size=(32, 4)), 0)
+    keras.utils.set_random_seed(0)
+    model = Tagger()
+    model(x[:2])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0))
+    reason = refusal(model, x, y.astype("int32"), None, None, world=2)
+    if fed == "ratio":
+        assert reason is not None and "the metric 'acc' that the model's own test_step updates by hand" in reason
+    else:
+        assert reason is None, reason

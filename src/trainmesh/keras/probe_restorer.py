@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 
-def _global_seed_state() -> Any:
+def global_seed_state() -> Any:
     from keras.src.backend.common import global_state
 
     generator = global_state.get_global_attribute("global_seed_generator")
@@ -39,7 +39,7 @@ class Restorer:
         self.variables = list({id(v): v for v in variables}.values())
         self.values = [v.value.detach().clone() for v in self.variables]
         self.grads = [(v, v.value.grad) for v in model.trainable_variables]
-        self.seed = _global_seed_state()
+        self.seed = global_seed_state()
         self.generators = (torch.get_rng_state(), np.random.get_state(), random.getstate())
 
     def restore(self) -> None:

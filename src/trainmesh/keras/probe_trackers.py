@@ -18,9 +18,12 @@ naming the metric. A tracker fed per-sample values, a mean over the samples or a
 whole batch's to rounding (measured: 0 to 6e-8 relative). Costs a copy of the metrics' variables per run and three
 ``result()`` calls per metric, once per ``fit``.
 
-Not compared: a step whose halves move torch's generator by draws no tape sees (the halves' values then differ by
-those draws: step_probe.py weighs the gradients against that noise, not a tracker), a ``test_step`` (``evaluate``
-with a step of its own), and a ratio whose halves happen to hold equal counts in the first samples.
+A ``test_step`` of the program's own is run alike (:func:`refuse_test_step`), beside Keras' own ``train_step`` too.
+
+Not compared: a ``train_step`` whose halves move torch's generator by draws no tape sees (the halves' values then
+differ by those draws: step_probe.py weighs the gradients against that noise, not a tracker), a ``test_step`` that
+draws, ``evaluate`` alone (the probe runs when ``fit`` begins), and a ratio whose halves happen to hold equal counts
+in the first samples.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from typing import Any
 
 import torch
 
+from trainmesh.keras import masked_counts
 from trainmesh.keras.backend import require_keras
+from trainmesh.keras.batch_metrics import by_hand
+from trainmesh.keras.probe_restorer import Restorer, global_seed_state
 
 States = list[list[torch.Tensor]]
 
@@ -37,9 +43,9 @@ States = list[list[torch.Tensor]]
 class TrackerDiffers(Exception):
     """A metric the step updates by hand whose halves' merged state reads otherwise than the whole batch's."""
 
-    def __init__(self, name: str, expected: torch.Tensor, found: torch.Tensor) -> None:
+    def __init__(self, name: str, expected: torch.Tensor, found: torch.Tensor, step: str = "train_step") -> None:
         super().__init__(name)
-        self.name, self.expected, self.found = name, expected, found
+        self.name, self.expected, self.found, self.step = name, expected, found, step
 
 
 def states(metrics: list[Any]) -> States:
@@ -54,7 +60,7 @@ def _result(metric: Any, state: list[torch.Tensor]) -> torch.Tensor:
 
 
 def refuse_differing(  # noqa: PLR0913 -- the runs' states
-    metrics: list[Any], start: States, whole: States, halves: list[States], limit: float
+    metrics: list[Any], start: States, whole: States, halves: list[States], limit: float, step: str = "train_step"
 ) -> None:
     """Raise :class:`TrackerDiffers` for the first metric whose halves' merged state (summed, less ``start``)
     reads a ``result()`` other than the whole batch's by more than ``limit`` of its size. The metrics'
@@ -72,14 +78,52 @@ def refuse_differing(  # noqa: PLR0913 -- the runs' states
             continue
         scale = max(float(expected.abs().max()), float(found.abs().max()), 1e-12)
         if float((expected - found).abs().max()) > limit * scale:
-            raise TrackerDiffers(metric.name, expected, found)
+            raise TrackerDiffers(metric.name, expected, found, step)
+
+
+def refuse_test_step(model: Any, data: Any, limit: float) -> None:
+    """A ``test_step`` of the program's own (the model's class overrides it): the metrics it updates by hand, after
+    a run on ``data`` and on each half of it (without gradients; every variable and generator restored after each),
+    compared as ``train_step``'s. Not compared where the run on the whole batch draws (torch's generator, Keras'
+    global seed generator or a variable of the model moved: a seed generator's state), since the halves would draw
+    otherwise."""
+    metrics = by_hand(model)
+    if not metrics:
+        return
+    keras = require_keras()
+    count = len(keras.tree.flatten(data)[0])
+    half = count // 2
+    parts = [keras.tree.map_structure(lambda leaf, s=s: leaf[s], data) for s in (slice(0, half), slice(half, None))]
+    restorer, runs, counts = Restorer(model), [states(metrics)], masked_counts.CountTape()
+    try:
+        for index, part in enumerate([data, *parts]):
+            restorer.restore()
+            if index:  # a loss Keras reduces over a mask: the whole batch's count, as the run divides by the global
+                counts.replay(half if index == 1 else count - half, count)
+            with torch.no_grad(), masked_counts.counted_alike(counts):
+                type(model).test_step(model, part)
+            if index == 0 and _drew(model, restorer):
+                return
+            runs.append(states(metrics))
+    finally:
+        restorer.restore()
+    refuse_differing(metrics, runs[0], runs[1], runs[2:], limit, "test_step")
+
+
+def _drew(model: Any, restorer: Restorer) -> bool:
+    saved = {id(v): value for v, value in zip(restorer.variables, restorer.values, strict=True)}
+    moved = any(not torch.equal(v.value, saved[id(v)]) for v in model.variables if id(v) in saved)
+    generator, value = restorer.seed  # Keras' global seed generator: made by a first draw, or moved
+    now, after = global_seed_state()
+    moved = moved or now is not generator or (now is not None and not torch.equal(after, value))
+    return moved or not torch.equal(torch.get_rng_state(), restorer.generators[0])
 
 
 def reason(differs: TrackerDiffers, world: int, samples: int) -> str:
-    name, expected, found = differs.name, differs.expected, differs.found
+    name, expected, found, step = differs.name, differs.expected, differs.found, differs.step
     show = (lambda t: f"{float(t[0]):.6g}") if expected.numel() == 1 else (lambda t: str(t.tolist()))
     return (
-        f"the metric {name!r} that the model's own step updates by hand reads {show(expected)} on the first "
+        f"the metric {name!r} that the model's own {step} updates by hand reads {show(expected)} on the first "
         f"{samples} samples of the training data, and {show(found)} from its states on each half of them summed, "
         f"as trainmesh.keras sums each metric's state over the processes: the value the step gives it is not a "
         "mean over the batch's samples (a ratio of the batch's sums, as sum(acc * mask) / sum(mask), or a batch "

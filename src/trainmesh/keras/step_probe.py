@@ -413,7 +413,7 @@ def refuse_non_mean_step(  # noqa: PLR0913 -- the run, and the data as fit takes
     """In each process: every process probes (the step's effects outside Keras' variables, a counter of
     the program's own, happen alike on every process), and every process raises rank 0's reason."""
     world = runtime.world_size
-    if world == 1 or not needs_probe(model):
+    if world == 1 or not (needs_probe(model) or _own_override(model, "test_step")):
         return
     reason = runtime.broadcast(refusal(model, x, y, sample_weight, class_weight, world), 0)
     if reason:
@@ -429,13 +429,16 @@ def tolerance(model: Any) -> float:
 def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, world: int) -> str | None:
     """Why the model's step cannot run under ``world`` processes (its reason), or None: a mean loss, or
     not probed (see the module's doc)."""
-    if world == 1 or not needs_probe(model) or not all(layer.built for layer in model._flatten_layers()):
+    own_test = _own_override(model, "test_step")  # its trackers compared too (probe_trackers.refuse_test_step)
+    if world == 1 or not (needs_probe(model) or own_test) or not all(layer.built for layer in model._flatten_layers()):
         return None
     try:
         data = _first_batch(x, y, sample_weight, class_weight)
         if data is None:
             return None
-        difference, noise, found = step_difference(model, data, tolerance(model))
+        difference, noise, found = step_difference(model, data, tolerance(model)) if needs_probe(model) else (0, 0, "")
+        if own_test and difference <= tolerance(model):
+            probe_trackers.refuse_test_step(model, data, tolerance(model))
     except NotProbed:
         return None
     except unmapped_draws.UnmappedDraws as unmapped:
