@@ -17,8 +17,9 @@ clip them by hand after) or, in a step running no backward pass, those ``apply``
 ``grad(whole) == (grad(first half) + grad(second half)) / 2`` to float rounding (measured: 4e-8 to 1e-7 of the norm);
 a step that does not is refused on every process (rank 0's reason, broadcast) with the relative difference. A step
 whose gradients pass has each metric it updates by hand compared too, its halves' states summed against the whole
-batch's (probe_trackers.py: a tracker fed a ratio of the batch's sums). What the step does outside Keras' variables and generators (a Python counter of its own, a print, a torch optimizer's state) it
-does those three (or four) times more, on every process alike.
+batch's (probe_trackers.py: a tracker fed a ratio of the batch's sums). What the step does outside Keras' variables
+and generators (a Python counter of its own, a print, a torch optimizer's state) it does those three (or four) times
+more, on every process alike.
 
 The runs draw alike: each of Keras' random functions (``keras.src.backend.random``) is recorded in the run on the
 whole batch and replayed in the halves, each taking its rows of a batch-shaped draw (as draws.py gives each process
