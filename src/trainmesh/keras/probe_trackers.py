@@ -67,6 +67,8 @@ def refuse_differing(  # noqa: PLR0913 -- the runs' states
     variables are left at some run's state: the probe restores them after."""
     first, second = halves
     for metric, s0, w, h1, h2 in zip(metrics, start, whole, first, second, strict=True):
+        if len({len(s0), len(w), len(h1), len(h2)}) > 1:
+            continue  # variables made at its first update: not compared
         if all(torch.equal(a, b) for a, b in zip(s0, w, strict=True)):
             continue  # the step does not update it
         merged = [a + b - c for a, b, c in zip(h1, h2, s0, strict=True)]
