@@ -32,6 +32,7 @@ COVERED_BY: dict[str, list[str]] = {
     "fabric/precision.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "fabric/wrappers.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "tuner/temporary_checkpoint.py": ["tuner/test_tuning_messages.py"],
+    "keras/probe_restorer.py": ["keras/test_step_probe.py"],
     "trainer/lightning_resume.py": ["trainer/test_restart_counts_lightning.py", "checkpoint/test_lightning_keys.py"],
     "trainer/own_saves.py": ["trainer/test_resume_newest.py"],
     "trainer/lightning1/step_end.py": ["utilities/test_lightning1_deprecations.py"],

@@ -66,15 +66,18 @@ def sentence(facts: StepFacts) -> str:
     repeated = max(facts.applies.values(), default=0)
     if repeated > 1:
         return (
-            f"the step applies an optimizer {repeated} times per batch (as updates on parts of its batch do): under several "
-            "processes each process cuts its own part of the global batch again, so each update sees other samples "
-            "than one process's"
+            f"the step applies an optimizer {repeated} times per batch, and its applies are given other gradients "
+            "than the mean of its halves' (as where a step updates on parts of its batch that it cuts itself: under "
+            "several processes each process cuts its own part of the global batch again, so each update sees other "
+            "samples than one process's)"
         )
     return ""
 
 
 FIXES = {
-    "applies an optimizer": "Apply once per batch (accumulate the parts' gradients, then apply)",
+    "applies an optimizer": "Apply once per batch where the step cuts its batch into parts (accumulate the parts' "
+    "gradients, then apply); where each apply takes the whole batch (one per caption, say), make each apply's loss a "
+    "mean over the samples",
     "differentiates a loss": "Differentiate the sum over the samples with respect to the inputs (ops.sum, or the "
     "mean times the batch size: each sample then gets its own gradient whatever the batch)",
 }

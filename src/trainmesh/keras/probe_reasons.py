@@ -8,8 +8,11 @@ program does (before, every refusal said "not a mean over the batch's samples" i
 - a ratio over the batch (keras-io's ner_with_transformers ``CustomNonPaddingTokenLoss``:
   ``sum(loss * mask) / sum(mask)``, a mean divided by the sum of the sample weights): the batch's
   gradients are the halves' weighted by the batch's own counts, ``a : 1 - a`` with ``a`` other than 1/2.
-A step applying an optimizer more than once per batch, or differentiating with respect to its inputs, is named
-from what it called (probe_facts.py). Anything else (a batch statistic, pairs of samples) keeps the general
+A step applying an optimizer more than once per batch is looked at apply by apply where all its applies together
+show no relation: keras-io's image captioning applies once per caption, each on the whole batch, and its ratio loss
+was refused as a step "applying 2 times per batch (as updates on parts of its batch do)". One whose applies show
+none (updates on parts of its batch), or differentiating with respect to its inputs, is named from what it called
+(probe_facts.py). Anything else (a batch statistic, pairs of samples) keeps the general
 wording.
 """
 
@@ -32,30 +35,52 @@ def _flat(applies: Applies, keep: list[bool]) -> torch.Tensor:
 
 
 def relation(whole: Applies, parts: list[Applies], limit: float) -> str:
-    """What the whole batch's gradients are of its halves' (a sentence for the reason), or "" for none known."""
-    grads = [[g for _, gs in run for g in gs] for run in (whole, *parts)]
-    if len({len(g) for g in grads}) != 1:
-        return ""
-    keep = [all(g is not None for g in column) for column in zip(*grads, strict=True)]
-    if not any(keep):
-        return ""
-    w, first, second = (_flat(run, keep) for run in (whole, *parts))
-    scale = max(float(w.norm()), 1e-12)
-    if float((w - first - second).norm()) / scale <= limit:
+    """What the whole batch's gradients are of its halves' (a sentence for the reason), or "" for none known.
+    A step applying several times per batch (keras-io's image captioning: one tape and one apply per caption,
+    each on the whole batch) is looked at apply by apply where all its applies together show no relation."""
+    kind, weights = _relation(whole, parts, limit)
+    if kind in ("", "mean") and len(whole) > 1 and all(len(part) == len(whole) for part in parts):
+        each = [_relation([whole[i]], [[part[i]] for part in parts], limit) for i in range(len(whole))]
+        kinds = {k for k, _ in each if k != "mean"}
+        kind = ""
+        if len(kinds) == 1:
+            kind, weights = kinds.pop(), [a for k, found in each for a in found if k != "mean"]
+    if kind == "sum":
         return (
             "the loss is a sum over the batch's samples: its gradients on the batch are the sum of its halves' "
             "(twice their mean)"
         )
+    if kind == "ratio":
+        shown = ", ".join(f"{a:.3f} : {1 - a:.3f}" for a in weights)
+        at = f" at each of its {len(weights)} applies per batch" if len(weights) > 1 else ""
+        return (
+            f"the loss is a ratio over the batch: its gradients on the batch are its halves' weighted "
+            f"{shown}{at} (a mean's are 0.5 : 0.5), the weights the batch's own counts, as in "
+            "sum(loss * mask) / sum(mask) or a mean divided by the sum of the batch's weights"
+        )
+    return ""
+
+
+def _relation(whole: Applies, parts: list[Applies], limit: float) -> tuple[str, list[float]]:
+    """("sum", []), ("ratio", [the whole's weight on the first half]), ("mean", []) or ("", [])."""
+    grads = [[g for _, gs in run for g in gs] for run in (whole, *parts)]
+    if len({len(g) for g in grads}) != 1:
+        return "", []
+    keep = [all(g is not None for g in column) for column in zip(*grads, strict=True)]
+    if not any(keep):
+        return "", []
+    w, first, second = (_flat(run, keep) for run in (whole, *parts))
+    scale = max(float(w.norm()), 1e-12)
+    if float((w - (first + second) / 2).norm()) / scale <= limit:
+        return "mean", []
+    if float((w - first - second).norm()) / scale <= limit:
+        return "sum", []
     step = first - second
     if float(step.norm()) / scale > limit:
         a = float(torch.dot(w - second, step) / torch.dot(step, step))
         if 0 < a < 1 and abs(a - 0.5) > 1e-3 and float((w - second - a * step).norm()) / scale <= limit:
-            return (
-                f"the loss is a ratio over the batch: its gradients on the batch are its halves' weighted "
-                f"{a:.3f} : {1 - a:.3f} (a mean's are 0.5 : 0.5), the weights the batch's own counts, as in "
-                "sum(loss * mask) / sum(mask) or a mean divided by the sum of the batch's weights"
-            )
-    return ""
+            return "ratio", [a]
+    return "", []
 
 
 def step_reason(  # noqa: PLR0913 -- what the probe measured

@@ -15,9 +15,11 @@ of its two halves, applying nothing (every Keras optimizer's ``apply`` records w
 gradients each backward pass leaves in the model's variables (what keras/backward.py averages in the run: a step may
 clip them by hand after) or, in a step running no backward pass, those ``apply`` is given. A mean loss gives
 ``grad(whole) == (grad(first half) + grad(second half)) / 2`` to float rounding (measured: 4e-8 to 1e-7 of the norm);
-a step that does not is refused on every process (rank 0's reason, broadcast) with the relative difference. What the
-step does outside Keras' variables and generators (a Python counter of its own, a print, a torch optimizer's state) it
-does those three (or four) times more, on every process alike.
+a step that does not is refused on every process (rank 0's reason, broadcast) with the relative difference. A step
+whose gradients pass has each metric it updates by hand compared too, its halves' states summed against the whole
+batch's (probe_trackers.py: a tracker fed a ratio of the batch's sums). What the step does outside Keras' variables
+and generators (a Python counter of its own, a print, a torch optimizer's state) it does those three (or four) times
+more, on every process alike.
 
 The runs draw alike: each of Keras' random functions (``keras.src.backend.random``) is recorded in the run on the
 whole batch and replayed in the halves, each taking its rows of a batch-shaped draw (as draws.py gives each process
@@ -47,11 +49,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from trainmesh.keras import (
@@ -61,17 +61,21 @@ from trainmesh.keras import (
     probe_expected_draws,
     probe_facts,
     probe_torch_draws,
+    probe_trackers,
     tensor_draws,
     unmapped_draws,
 )
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
+from trainmesh.keras.batch_metrics import by_hand
 from trainmesh.keras.optimizers import keras_classes_with_apply
 from trainmesh.keras.own_forward import forward_of_its_own, own
 from trainmesh.keras.own_forward import own_override as _own_override
 from trainmesh.keras.probe_data import PROBED_SAMPLES
 from trainmesh.keras.probe_data import first_batch as _first_batch
 from trainmesh.keras.probe_reasons import relation, step_reason
+from trainmesh.keras.probe_restorer import Restorer
+from trainmesh.keras.probe_trackers import States
 
 # Float rounding of 16 samples' sums moves a float32 gradient by ~1e-7 of its norm (measured: 4e-8 to 9e-8
 # with Dense, Dropout, BatchNormalization); a step computing in float16/bfloat16 by ~1e-3.
@@ -218,65 +222,25 @@ def _drawing_alike(tape: _Tape) -> Iterator[None]:
         type.__setattr__(BatchNormalization, "_moments", keras_moments)
 
 
-def _global_seed_state() -> Any:
-    from keras.src.backend.common import global_state
-
-    generator = global_state.get_global_attribute("global_seed_generator")
-    return generator, None if generator is None else generator.state.value.detach().clone()
-
-
-def _set_global_seed_state(saved: Any) -> None:
-    from keras.src.backend.common import global_state
-
-    generator, value = saved
-    global_state.set_global_attribute("global_seed_generator", generator)
-    if generator is not None:
-        generator.state.assign(value)
-
-
-class _Restorer:
-    """Every variable of the model, its optimizer's, the gradients left in them, Keras' global seed
-    generator and torch's, numpy's and Python's generators: saved, and restored before each run and after."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        optimizer = getattr(model, "optimizer", None)
-        variables = list(model.variables) + list(getattr(model, "metrics_variables", []))
-        if optimizer is not None and optimizer.built:
-            variables += list(optimizer.variables)
-        self.variables = list({id(v): v for v in variables}.values())
-        self.values = [v.value.detach().clone() for v in self.variables]
-        self.grads = [(v, v.value.grad) for v in model.trainable_variables]
-        self.seed = _global_seed_state()
-        self.generators = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-
-    def restore(self) -> None:
-        for variable, value in zip(self.variables, self.values, strict=True):
-            variable.assign(value)
-        for variable, grad in self.grads:
-            variable.value.grad = grad
-        _set_global_seed_state(self.seed)
-        torch.set_rng_state(self.generators[0])
-        np.random.set_state(self.generators[1])
-        random.setstate(self.generators[2])
-        saved = {id(v) for v in self.variables}
-        for metric in getattr(self.model, "metrics", None) or []:  # built by the probe's first step: fresh
-            if any(id(v) not in saved for v in metric.variables):
-                metric.reset_state()
-
-
 def _gradients(
-    model: Any, data: Any, facts: probe_facts.StepFacts | None = None, given: list[tuple[Any, list[Any]]] | None = None
+    model: Any,
+    data: Any,
+    facts: probe_facts.StepFacts | None = None,
+    given: list[tuple[Any, list[Any]]] | None = None,
+    averaged: list[list[Any]] | None = None,
 ) -> list[tuple[Any, list[Any]]]:
     """The gradients of one call of the step on ``data``, applying nothing: those each backward pass left in
     the model's variables (what backward.py averages in the run: a step may clip them by hand after), or,
     in a step running no backward pass (``torch.autograd.grad``), those each Keras optimizer's ``apply`` is
-    given (what sync.averaged_apply averages; recorded in ``given`` too)."""
+    given (what sync.averaged_apply averages; recorded in ``given`` too). With ``averaged`` (the whole batch's
+    passes), each pass leaves the whole batch's gradients in the variables, as the run's average does."""
     passes: list[tuple[Any, list[Any]]] = []
     given = [] if given is None else given
 
     def at_pass_end(gradients: list[Any], _batch: int) -> list[Any]:
         passes.append(("backward", [None if g is None else g.detach().clone() for g in gradients]))
+        if averaged is not None and len(passes) <= len(averaged) and len(averaged[len(passes) - 1]) == len(gradients):
+            return [g if a is None else a.clone() for g, a in zip(gradients, averaged[len(passes) - 1], strict=True)]
         return gradients
 
     def record(optimizer: Any, _keras_apply: Any, gradients: Any, _variables: Any) -> None:
@@ -337,6 +301,29 @@ def _mean_of(first: list[tuple[Any, list[Any]]], second: list[tuple[Any, list[An
     ]
 
 
+def _refuse_differing_trackers(  # noqa: PLR0913 -- the probe's runs
+    model: Any, halves: list[Any], restorer: Restorer, tape: _Tape, runs: tuple[Any, list[States]], limit: float
+) -> None:
+    """A metric the step updates by hand whose halves' merged state reads otherwise than the whole batch's
+    (probe_trackers.py) is refused, once compared again with the whole batch's gradients left in the halves'
+    backward passes, as the run's average leaves them in each process's (a tracker of the gradients' norm)."""
+    whole, tracked = runs
+    metrics = by_hand(model)
+    try:
+        probe_trackers.refuse_differing(metrics, tracked[0], tracked[1], tracked[2:], limit)
+    except probe_trackers.TrackerDiffers:
+        if not whole or any(kind != "backward" for kind, _ in whole):
+            raise
+        again, half = [], len(require_keras().tree.flatten(halves[0])[0])
+        count = half + len(require_keras().tree.flatten(halves[1])[0])
+        for start, part in zip((0, half), halves, strict=True):
+            restorer.restore()
+            tape.replay(start, half, count)
+            _gradients(model, part, averaged=[gradients for _, gradients in whole])
+            again.append(probe_trackers.states(metrics))
+        probe_trackers.refuse_differing(metrics, tracked[0], tracked[1], again, limit)
+
+
 def step_difference(model: Any, data: Any, limit: float = TOLERANCE) -> tuple[float, float, str]:
     """(the largest relative difference between the step's gradients on ``data`` and the mean of its
     halves', what torch's own draws alone move them: 0 when the step draws none, what the gradients are of
@@ -353,18 +340,22 @@ def _compared(model: Any, data: Any, limit: float, *, expected: bool) -> tuple[f
     count = len(keras.tree.flatten(data)[0])
     half = count // 2
     halves = [keras.tree.map_structure(lambda leaf, s=s: leaf[s], data) for s in (slice(0, half), slice(half, None))]
-    restorer, tape, facts = _Restorer(model), _Tape(), probe_facts.StepFacts()
+    restorer, tape, facts = Restorer(model), _Tape(), probe_facts.StepFacts()
     tape.expected = expected
+    metrics = by_hand(model)  # updated by the step itself: their states after each run
+    tracked: list[States] = [probe_trackers.states(metrics)]
     try:
         with _drawing_alike(tape):
             applied: list[list[tuple[Any, list[Any]]]] = [[], [], []]  # what each run's applies are given
             whole = _gradients(model, data, facts, applied[0])
             parts, untaped, after = [], False, [hand_updates.values(model, unreached=True)]
+            tracked.append(probe_trackers.states(metrics))
             for start, part, given in zip((0, half), halves, applied[1:], strict=True):
                 restorer.restore()
                 tape.replay(start, half, count)
                 parts.append(_gradients(model, part, given=given))
                 after.append(hand_updates.values(model, unreached=True))
+                tracked.append(probe_trackers.states(metrics))
                 untaped = untaped or not torch.equal(torch.get_rng_state(), restorer.generators[0])
                 after_half = unmapped_draws.generator_states()
             if unmapped_draws.moved(restorer.generators, after_half):  # draws no mapping saw: do they follow the batch?
@@ -385,6 +376,8 @@ def _compared(model: Any, data: Any, limit: float, *, expected: bool) -> tuple[f
                 tape.replay(0, count, count)
                 torch.manual_seed(int(torch.get_rng_state().sum().item()) ^ 0x5EED)  # elsewhere, drawing nothing
                 noise, _ = _relative(whole, _gradients(model, data))
+            if difference <= limit and not untaped:  # the gradients a mean: is each value the step tracks one?
+                _refuse_differing_trackers(model, halves, restorer, tape, (whole, tracked), limit)
             found = (relation(whole, parts, limit) or probe_facts.sentence(facts)) if difference > limit else ""
             return difference, noise, found
     finally:
@@ -421,7 +414,7 @@ def refuse_non_mean_step(  # noqa: PLR0913 -- the run, and the data as fit takes
     """In each process: every process probes (the step's effects outside Keras' variables, a counter of
     the program's own, happen alike on every process), and every process raises rank 0's reason."""
     world = runtime.world_size
-    if world == 1 or not needs_probe(model):
+    if world == 1 or not (needs_probe(model) or _own_override(model, "test_step")):
         return
     reason = runtime.broadcast(refusal(model, x, y, sample_weight, class_weight, world), 0)
     if reason:
@@ -437,13 +430,16 @@ def tolerance(model: Any) -> float:
 def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, world: int) -> str | None:
     """Why the model's step cannot run under ``world`` processes (its reason), or None: a mean loss, or
     not probed (see the module's doc)."""
-    if world == 1 or not needs_probe(model) or not all(layer.built for layer in model._flatten_layers()):
+    own_test = _own_override(model, "test_step")  # its trackers compared too (probe_trackers.refuse_test_step)
+    if world == 1 or not (needs_probe(model) or own_test) or not all(layer.built for layer in model._flatten_layers()):
         return None
     try:
         data = _first_batch(x, y, sample_weight, class_weight)
         if data is None:
             return None
-        difference, noise, found = step_difference(model, data, tolerance(model))
+        difference, noise, found = step_difference(model, data, tolerance(model)) if needs_probe(model) else (0, 0, "")
+        if own_test and difference <= tolerance(model):
+            probe_trackers.refuse_test_step(model, data, tolerance(model))
     except NotProbed:
         return None
     except unmapped_draws.UnmappedDraws as unmapped:
@@ -452,6 +448,8 @@ def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, w
         return hand_updates.reason(updated.args[0], world)
     except probe_accumulation.AccumulatedDraws as drawn:
         return probe_accumulation.reason(drawn.args[0], world)
+    except probe_trackers.TrackerDiffers as differs:
+        return probe_trackers.reason(differs, world, PROBED_SAMPLES)
     except Exception:  # noqa: BLE001 -- a step the probe cannot call: the run meets its error itself
         return None
     limit = tolerance(model)
