@@ -1,5 +1,6 @@
 """The program of test_results_sync_dist_step.py: FRAMEWORK's Trainer(strategy="ddp_fork", devices=2)
-fits SyncedSteps, each rank logging its own numbers with sync_dist=True and every reduce_fx; the
+fits SyncedSteps, each rank logging its own numbers with sync_dist=True and every reduce_fx (and in the
+epoch-start hooks, read back in the epoch-end hooks); the
 parent's ``trainer.callback_metrics`` (rank 0's, sent back by the launcher) go to OUT as JSON.
 
 python results_sync_dist_step_run.py lightning|trainmesh OUT
@@ -37,6 +38,28 @@ class SyncedSteps:
     def train_dataloader(self):
         return DataLoader(TensorDataset(torch.randn(8, 2, generator=torch.Generator().manual_seed(0))), batch_size=2)
 
+    # What an epoch-start hook logs, read back in that epoch's end hook (reduced where synced)
+    def on_train_epoch_start(self):
+        self.log("opened_sum", 1.0 + self.trainer.global_rank, sync_dist=True, reduce_fx="sum")
+
+    def on_train_epoch_end(self):
+        self.log("seen_opened_sum", float(self.trainer.callback_metrics.get("opened_sum", -1.0)))
+
+    def on_validation_epoch_start(self):
+        self.log("val_opened", 1.0 + 2.0 * self.trainer.global_rank, sync_dist=True)
+        self.log("val_opened_own", 1.0 + 2.0 * self.trainer.global_rank)  # each rank's own: rank 0's shown
+
+    def validation_step(self, batch, batch_idx):
+        pass
+
+    def on_validation_epoch_end(self):
+        seen = self.trainer.callback_metrics
+        self.log("seen_val_opened", float(seen.get("val_opened", -1.0)))
+        self.log("seen_val_opened_own", float(seen.get("val_opened_own", -1.0)))
+
+    def val_dataloader(self):
+        return DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+
 
 def main(framework_name: str, out: str) -> None:
     if framework_name == "lightning":
@@ -53,6 +76,8 @@ def main(framework_name: str, out: str) -> None:
         devices=2,
         max_epochs=1,
         limit_train_batches=2,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

@@ -125,3 +125,127 @@ def test_what_test_returns_is_named_as_lightning_names_it(tmp_path):
     lightning = _evaluated("lightning", str(tmp_path / "l"))
     assert lightning[0] == ["both_epoch", "plain"]
     assert _evaluated("trainmesh", str(tmp_path / "t")) == lightning
+
+
+def _seen_at_epoch_end(framework: str, root: str) -> list[Any]:
+    """What the epoch-end hooks (a callback's, the module's) read in callback_metrics, logged_metrics and
+    progress_bar_metrics, in their order, of values the same run's epoch-start hooks logged: in fit (its
+    sanity check and two validations), validate over two loaders, and test."""
+    if framework == "lightning":
+        import lightning.pytorch as pl
+    else:
+        import trainmesh as pl
+    seen: list[Any] = []
+
+    def record(trainer: Any, hook: str) -> None:
+        views = (trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics)
+        seen.append((hook, [[(k, round(float(v), 5)) for k, v in view.items()] for view in views]))
+
+    class Reader(pl.Callback):
+        def on_validation_epoch_end(self, trainer, pl_module):
+            record(trainer, "callback on_validation_epoch_end")
+
+        def on_test_epoch_end(self, trainer, pl_module):
+            record(trainer, "callback on_test_epoch_end")
+
+    class Net(pl.LightningModule if framework == "lightning" else pl.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer, self.count = torch.nn.Linear(4, 1), 0.0
+
+        def on_validation_epoch_start(self):
+            self.count += 1
+            self.log("val_opened", self.count, prog_bar=True)
+
+        def on_test_epoch_start(self):
+            self.log("test_opened", 7.0, on_epoch=True, on_step=False)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch).sum()
+
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            self.log("val", self.layer(batch).sum())
+
+        def test_step(self, batch, batch_idx):
+            self.log("tested", self.layer(batch).sum())
+
+        def on_validation_epoch_end(self):
+            record(self.trainer, "module on_validation_epoch_end")
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    loader = DataLoader(torch.randn(4, 4), batch_size=2)
+    trainer = pl.Trainer(
+        default_root_dir=root,
+        max_epochs=2,
+        num_sanity_val_steps=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        logger=False,
+        callbacks=[Reader()],
+    )
+    model = Net()
+    trainer.fit(model, loader, loader)
+    trainer.validate(model, [loader, loader], verbose=False)
+    trainer.test(model, loader, verbose=False)
+    return seen
+
+
+def test_what_an_epoch_start_hook_logs_is_read_in_that_epochs_end_hooks_as_in_lightning(tmp_path):
+    lightning = _seen_at_epoch_end("lightning", str(tmp_path / "l"))
+    # Lightning's epoch-end view: the value of this validation (1, 2, 3: the sanity check's, then each epoch's)
+    assert [dict(views[0])["val_opened"] for hook, views in lightning if hook.startswith("callback on_val")] == [
+        1.0,
+        2.0,
+        3.0,
+        4.0,
+    ]
+    assert dict(lightning[-1][1][0])["test_opened"] == 7.0
+    assert _seen_at_epoch_end("trainmesh", str(tmp_path / "t")) == lightning
+
+
+@pytest.mark.parametrize(
+    ("hook", "levels"), [("on_train_epoch_start", {"on_step": True}), ("on_test_epoch_start", {"on_epoch": False})]
+)
+def test_an_epoch_start_hook_refuses_values_per_step_as_lightning_does(tmp_path, hook, levels):
+    """Lightning's _FxValidator: an epoch-start hook logs on epoch only; on_step=True or on_epoch=False
+    there raises before any batch (trainmesh logged it, a value per step nobody asked Lightning for)."""
+    import lightning.pytorch as pl
+
+    import trainmesh as tm
+
+    words = []
+    for base, trainer_class in ((pl.LightningModule, pl.Trainer), (tm.Module, tm.Trainer)):
+
+        class Net(base):
+            def __init__(self) -> None:
+                super().__init__()
+                self.layer = torch.nn.Linear(4, 1)
+
+            def training_step(self, batch, batch_idx):
+                return self.layer(batch).sum()
+
+            def test_step(self, batch, batch_idx):
+                self.log("tested", self.layer(batch).sum())
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        setattr(Net, hook, lambda self: self.log("opened", 1.0, **levels))
+        trainer = trainer_class(
+            default_root_dir=str(tmp_path),
+            max_epochs=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+        )
+        loader = DataLoader(torch.randn(4, 4), batch_size=2)
+        run = trainer.fit if hook == "on_train_epoch_start" else trainer.test
+        with pytest.raises(Exception, match=r"You can't `self.log\(on_") as raised:
+            run(Net(), loader)
+        words.append((type(raised.value).__name__, str(raised.value).split(".")[0]))
+    assert words[1] == words[0]

@@ -17,17 +17,33 @@ from trainmesh.utilities.exceptions import MisconfigurationException
 def reduce_and_show(ctx: LoopContext, stage: str, per_loader: list[Any], opening: StageResults) -> list[dict[str, Any]]:
     """Each loader's epoch metrics (reduced across ranks where logged with sync_dist), shown in
     callback_metrics (not yet sent to the loggers); then ``opening`` (what the start hooks logged) takes
-    the epoch-end hooks' logs."""
+    the epoch-end hooks' logs.
+
+    What the start hooks logged is shown too, as Lightning's ``callback_metrics`` (and
+    ``logged_metrics``, ``progress_bar_metrics``) hold it in this run's on_*_epoch_end, in Lightning's
+    order: with one loader the start hooks' names first (a loader's value of the same name replaces
+    theirs), with several after the loaders'."""
     log_collector, reduced = ctx.state.log_collector, []
+    if len(per_loader) == 1:
+        _show_opening(ctx, opening)
     for loader_idx, results in enumerate(per_loader):
         log_collector.start_stage(results)
         metrics = log_collector.epoch_metrics()
         reduced.append(metrics)
         if shows_loaders(stage, per_loader):
             ctx.publisher.epoch_metrics(metrics, suffix=loader_suffix(loader_idx, per_loader), to_logger=False)
+    if len(per_loader) != 1:
+        _show_opening(ctx, opening)
     log_collector.start_stage(opening)
     refuse_shared_names(reduced)
     return reduced
+
+
+def _show_opening(ctx: LoopContext, opening: StageResults) -> None:
+    """The epoch values of what the start hooks logged (``opening``), into callback_metrics (not the loggers)."""
+    if opening.entries:
+        ctx.state.log_collector.start_stage(opening)
+        ctx.publisher.epoch_metrics(ctx.state.log_collector.epoch_metrics(), to_logger=False)
 
 
 def shows_loaders(stage: str, per_loader: list[Any]) -> bool:

@@ -69,3 +69,43 @@ def check_can_log(hook: str, fx: str) -> None:
             f"You can't `self.log()` inside `{fx}`. HINT: You can still log directly to the logger by using"
             " `self.logger.experiment`."
         )
+
+
+# The hooks whose values Lightning logs once per epoch only (its _FxValidator allows on_step False and
+# on_epoch True there, 2.6.6 and 1.9.5 alike; 1.x's *_epoch_end(outputs) hooks too)
+EPOCH_ONLY = frozenset(
+    {
+        "on_train_start",
+        "on_validation_start",
+        "on_test_start",
+        "on_train_epoch_start",
+        "on_train_epoch_end",
+        "on_validation_epoch_start",
+        "on_validation_epoch_end",
+        "on_test_epoch_start",
+        "on_test_epoch_end",
+        "training_epoch_end",
+        "validation_epoch_end",
+        "test_epoch_end",
+    }
+)
+
+
+def check_levels(fx: str, on_step: bool | None, on_epoch: bool | None) -> None:
+    """Raise Lightning's error for ``self.log(on_step=True)`` or ``self.log(on_epoch=False)`` in a hook
+    of :data:`EPOCH_ONLY` (``fx``: the hook running), where Lightning has no step to log the value at.
+
+    >>> check_levels("on_train_epoch_start", None, None)
+    >>> check_levels("on_train_epoch_start", True, True)
+    Traceback (most recent call last):
+    ...
+    trainmesh.utilities.exceptions.MisconfigurationException: You can't `self.log(on_step=True)` inside `on_train_epoch_start`, must be one of (False,). Log it in a batch hook (training_step, on_train_batch_end, ...) for a value per step, or leave on_step unset here
+    """
+    if fx not in EPOCH_ONLY:
+        return
+    for name, value, allowed in (("on_step", on_step, False), ("on_epoch", on_epoch, True)):
+        if value is not None and value != allowed:
+            raise MisconfigurationException(
+                f"You can't `self.log({name}={value})` inside `{fx}`, must be one of ({allowed},). Log it in a "
+                f"batch hook (training_step, on_train_batch_end, ...) for a value per step, or leave {name} unset here"
+            )

@@ -17,7 +17,7 @@ import torch
 
 from trainmesh.trainer import metric_values
 from trainmesh.trainer.epoch_values import epoch_values, reset_metric_objects
-from trainmesh.trainer.logging_hooks import check_can_log
+from trainmesh.trainer.logging_hooks import check_can_log, check_levels
 from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
 from trainmesh.trainer.stage_results import LoggedEntry, StageResults
 from trainmesh.utilities.collections import infer_batch_size
@@ -136,6 +136,7 @@ class LogCollector:
         key = name if first is None or first.fx == self.fx else f"{name}\x1f{self.fx}"
         entry = entries.get(key)
         prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx, rank_zero_only = given
+        check_levels(self.fx, on_step, on_epoch)
         if entry is None:
             if add_dataloader_idx and "/dataloader_idx_" in name:  # Lightning's check, once per name here
                 raise MisconfigurationException(
