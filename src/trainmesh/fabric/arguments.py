@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from trainmesh.launchers.agent_link import own_agent_run_id
+from trainmesh.launchers.agent_link import said_by_the_agent_process
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 from trainmesh.utilities.rank_zero import global_rank_from_env
 
@@ -89,10 +89,9 @@ def fabric_precision(precision: Any, device_type: str) -> str:
 
 def _says_the_constructor_s_lines() -> bool:
     """Whether this process says Fabric's constructor lines. Fabric says them with rank_zero_warn /
-    rank_zero_info, and under ddp its first process is rank 0, so they appear once. trainmesh's agent
-    process is no rank: it built the Fabric and said them before ``launch()`` ran the script again,
-    so the workers it started (rank 0 among them) say them no more."""
-    return global_rank_from_env() == 0 and own_agent_run_id() is None
+    rank_zero_info, and under ddp its first process is rank 0, so they appear once; trainmesh's agent
+    process said them before ``launch()`` ran the script again (``said_by_the_agent_process``)."""
+    return global_rank_from_env() == 0 and not said_by_the_agent_process()
 
 
 def fabric_strategy(strategy: Any, device_type: str) -> Any:
