@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from trainmesh.launchers.agent_link import said_by_the_agent_process
 from trainmesh.utilities.lightning_loggers import FABRIC_TOPS, lightning_named_logger
 from trainmesh.utilities.rank_zero import rank_prefixed_message, rank_zero_warn
 
@@ -76,7 +77,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     seed = _chosen_seed(seed, verbose)
     _settings = SeedSettings(seed=seed, workers=bool(workers))
     _env_at_last_seed = os.environ.get("PL_GLOBAL_SEED")
-    if verbose:
+    if verbose and not said_by_the_agent_process():
         # Lightning's: "[rank: N] " where the process's environment names its rank (a process a launcher
         # started; the one the user started, before any launch, has none)
         _log.info(rank_prefixed_message(f"Seed set to {seed}", _rank_in_environment()))

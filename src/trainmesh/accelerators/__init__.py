@@ -168,6 +168,8 @@ def resolve_devices(device_type: str, devices: int | str | list[int] | tuple[int
 # More CPU processes per node than this many times the logical cores is refused: each would get
 # a sliver of a core, and the run would crawl (or exhaust memory) rather than train.
 CPU_OVERSUBSCRIPTION_LIMIT = 4
+# How the warning for more CPU processes than physical cores starts (a warnings filter's pattern)
+OVERSUBSCRIBED_CPU_WARNING = r"devices=\d+ on CPU starts \d+ processes on this node"
 
 
 def check_cpu_processes(processes: int) -> None:

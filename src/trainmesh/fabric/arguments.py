@@ -11,9 +11,14 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from trainmesh.launchers.agent_link import said_by_the_agent_process
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.rank_zero import global_rank_from_env
+
+if TYPE_CHECKING:
+    from trainmesh.runtime import Runtime
 
 # Fabric's info lines, on stderr as Lightning's (lightning_loggers.py)
 log = lightning_named_logger(__name__)
@@ -59,25 +64,34 @@ def fabric_precision(precision: Any, device_type: str) -> str:
     name = str(precision)
     if name in _REFUSED_PRECISIONS:
         raise ValueError(f"Fabric(precision={name!r}) asks for {_REFUSED_PRECISIONS[name]}; use 'bf16-mixed'")
+    says = _says_the_constructor_s_lines()
     if name in _ALIASES:
-        if name[:2] not in ("32", "64"):
+        if name[:2] not in ("32", "64") and says:
             warnings.warn(
                 f"`precision={name}` is supported for historical reasons but its usage is discouraged. "
                 f"Please set your precision to {_ALIASES[name]} instead!",
-                stacklevel=5,
+                stacklevel=1,  # this line, as Fabric's points at its connector's
             )
         name = _ALIASES[name]
     if name == "16-mixed" and device_type == "cpu":
-        warnings.warn(
-            "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on "
-            "CPU. Using `precision='bf16-mixed'` instead.",
-            stacklevel=5,
-        )
+        if says:
+            warnings.warn(
+                "You passed `Fabric(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on "
+                "CPU. Using `precision='bf16-mixed'` instead.",
+                stacklevel=1,
+            )
         name = "bf16-mixed"
-    if name in ("16-mixed", "bf16-mixed"):
+    if name in ("16-mixed", "bf16-mixed") and says:
         mixed = "16-bit" if name == "16-mixed" else "bfloat16"
         log.info(f"Using {mixed} Automatic Mixed Precision (AMP)")
     return name
+
+
+def _says_the_constructor_s_lines() -> bool:
+    """Whether this process says Fabric's constructor lines. Fabric says them with rank_zero_warn /
+    rank_zero_info, and under ddp its first process is rank 0, so they appear once; trainmesh's agent
+    process said them before ``launch()`` ran the script again (``said_by_the_agent_process``)."""
+    return global_rank_from_env() == 0 and not said_by_the_agent_process()
 
 
 def fabric_strategy(strategy: Any, device_type: str) -> Any:
@@ -97,7 +111,8 @@ def fabric_strategy(strategy: Any, device_type: str) -> Any:
         reason = _REFUSED_STRATEGIES.get(name, _REFUSED_STRATEGIES["deepspeed"])
         raise ValueError(f"Fabric(strategy={strategy!r}) asks for {reason}")
     if name == "dp" and device_type == "cpu":
-        warnings.warn(f"{name!r} is not supported on CPUs, hence setting `strategy='ddp'`.", stacklevel=4)
+        if _says_the_constructor_s_lines():
+            warnings.warn(f"{name!r} is not supported on CPUs, hence setting `strategy='ddp'`.", stacklevel=1)
         return "ddp"
     return name  # Fabric's connector reads the name in lower case
 
@@ -163,3 +178,16 @@ def _precision_plugin(plugins: Any) -> Any:
             " Expected one value for each type at most."
         )
     return found
+
+
+def fabric_runtime(device_type: str, devices: Any, strategy: Any, precision: Any, num_nodes: int) -> Runtime:
+    """The Runtime a Fabric runs on. Fabric says nothing about more CPU processes than physical cores:
+    the Runtime's warning for that (issue 12, the Trainer's) is not said here; its refusal far beyond stays."""
+    from trainmesh.accelerators import OVERSUBSCRIBED_CPU_WARNING
+    from trainmesh.runtime import Runtime
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=OVERSUBSCRIBED_CPU_WARNING)
+        return Runtime(
+            accelerator=device_type, devices=devices, strategy=strategy, precision=precision, num_nodes=num_nodes
+        )

@@ -23,12 +23,11 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from trainmesh.fabric import checkpoints
-from trainmesh.fabric.arguments import fabric_run_precision, fabric_strategy
+from trainmesh.fabric.arguments import fabric_run_precision, fabric_runtime, fabric_strategy
 from trainmesh.fabric.launching import Launching
 from trainmesh.fabric.precision import FabricPrecision
 from trainmesh.fabric.reductions import in_place, reduced_in_group
 from trainmesh.fabric.wrappers import BackwardGate, _FabricDataLoader, _FabricModule, _FabricOptimizer, _unwrap_objects
-from trainmesh.runtime import Runtime
 from trainmesh.utilities.collections import apply_to_tensors, move_data_to_device
 from trainmesh.utilities.lazy import is_instance
 
@@ -79,12 +78,8 @@ class Fabric(Launching):
 
         device_type = resolve_accelerator(accelerator)
         run_precision = fabric_run_precision(plugins, precision, device_type)
-        self._runtime = Runtime(
-            accelerator=device_type,
-            devices=devices,
-            strategy=fabric_strategy(strategy, device_type),
-            precision=run_precision,
-            num_nodes=num_nodes,
+        self._runtime = fabric_runtime(
+            device_type, devices, fabric_strategy(strategy, device_type), run_precision, num_nodes
         )
         self._precision = FabricPrecision(self._runtime.precision, plugin=getattr(run_precision, "plugin", None))
         callbacks = callbacks if callbacks is not None else []

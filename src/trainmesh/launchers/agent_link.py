@@ -104,6 +104,22 @@ def own_agent_run_id() -> str | None:
     return run_id if run_id and run_id == os.environ.get("TORCHELASTIC_RUN_ID") else None
 
 
+def said_by_the_agent_process() -> bool:
+    """Whether a line this process is about to say was said already by the process that started it.
+
+    Under Lightning the process the user starts becomes rank 0; under trainmesh's agent it only waits,
+    after running the script up to ``launch()`` / ``fit()``. A rank-0 worker of that agent, before its
+    process group is formed, is running that same part of the script again: what it says there (Fabric's
+    constructor lines, "Seed set to N") the agent process said, once, as Lightning's rank 0 did.
+    """
+    import torch.distributed as dist
+
+    from trainmesh.utilities.rank_zero import global_rank_from_env
+
+    formed = dist.is_available() and dist.is_initialized()
+    return own_agent_run_id() is not None and not formed and global_rank_from_env() == 0
+
+
 def take_preemption_report(run_id: str) -> str | None:
     path = _preemption_report_path(run_id)
     try:
