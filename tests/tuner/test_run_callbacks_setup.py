@@ -1,10 +1,8 @@
 """A pytorch-lightning 1.x ``trainer.tune`` with ``auto_lr_find`` gives the run's callbacks ``setup`` and
 ``teardown`` around its search, as 1.9.5's (its search runs in a ``Trainer._run`` of its own; the
 callbacks' other hooks are not called, the search's own callback replaced them). trainmesh called
-neither. Compared with 1.9.5's recording (``helpers/lightning1_owner_items.py``). Left: with
-``auto_scale_batch_size`` too, 1.9.5 calls setup once for the whole batch-size search where trainmesh's
-trials are fits of their own (the module's ``setup`` once a trial, the callbacks' none): the recording's
-``tune_setup_both``."""
+neither. Compared with 1.9.5's recording (``helpers/lightning1_owner_items.py``); with
+``auto_scale_batch_size`` too: ``tests/trainer/lightning1/test_tuner.py``."""
 
 from helpers.lightning1_owner_records import RECORDED, under_trainmesh
 

@@ -101,9 +101,7 @@ class Tuner:
             return None
         attr = lr_attribute(model, attr_name) if update_attr else ""
         if self._in_one_fit:
-            from trainmesh.callbacks.finders import LearningRateFinder
-
-            callback = LearningRateFinder(min_lr, max_lr, num_training, mode, early_stop_threshold, False, attr_name)
+            callback = self._lr_finder(min_lr, max_lr, num_training, mode, early_stop_threshold, attr_name)
             data = (train_dataloaders, val_dataloaders, datamodule)
             found: _LRFinder | None = self._search_in_fit(callback, model, *data)
             if found is not None and update_attr:
@@ -191,9 +189,9 @@ class Tuner:
             rank_zero_warn("Skipping batch size scaler since `fast_dev_run` is enabled.")
             return None
         if self._in_one_fit:
-            from trainmesh.callbacks.finders import BatchSizeFinder
-
-            callback = BatchSizeFinder(mode, steps_per_trial, init_val, max_trials, batch_arg_name, margin, max_val)
+            callback = self._batch_size_finder(
+                mode, steps_per_trial, init_val, max_trials, batch_arg_name, margin, max_val
+            )
             BatchSizeAttribute(model, datamodule, batch_arg_name)  # a missing field stops before the fit
             found_size: int | None = self._search_in_fit(callback, model, None, val_dataloaders, datamodule)
             return found_size
@@ -224,6 +222,21 @@ class Tuner:
         enable_progress_bar(trainer)
         self.fit_train_loader = finish(fit_follows=self._fit_follows)
         return found
+
+    def _lr_finder(self, *settings: Any) -> Any:
+        """The callback whose fit searches the learning rate (Lightning 2.6's ``LearningRateFinder``, the
+        suggestion applied by the Tuner; Lightning 1.x's ``trainer.tuner`` has 1.9.5's: lightning1/tuner.py)."""
+        from trainmesh.callbacks.finders import LearningRateFinder
+
+        min_lr, max_lr, num_training, mode, early_stop_threshold, attr_name = settings
+        return LearningRateFinder(min_lr, max_lr, num_training, mode, early_stop_threshold, False, attr_name)
+
+    def _batch_size_finder(self, *settings: Any) -> Any:
+        """The callback whose fit searches the batch size (Lightning 2.6's ``BatchSizeFinder``; Lightning 1.x's
+        ``trainer.tuner`` has 1.9.5's: lightning1/tuner.py)."""
+        from trainmesh.callbacks.finders import BatchSizeFinder
+
+        return BatchSizeFinder(*settings)
 
     def _search_in_fit(self, callback: Any, model: Any, train: Any, val: Any, datamodule: Any) -> Any:
         """Lightning's Tuner: a fit with ``callback`` first among the callbacks, which searches at the fit's
