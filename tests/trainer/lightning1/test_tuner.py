@@ -54,11 +54,15 @@ def test_trainer_tune_then_fit_calls_the_hooks_and_trains_the_weights_of_1_9_5()
     assert _run("tune_then_fit", auto_lr_find=True, auto_scale_batch_size="binsearch") == RECORDED["tune_both"]
 
 
-def test_trainer_tune_with_both_searches_sets_the_callbacks_and_module_up_once_a_search_as_1_9_5():
-    """(``helpers/lightning1_owner_items.py``'s program: each search a fit of its own; before, each batch-size
-    trial was a fit calling the module's ``setup`` again and the callbacks' not at all.)"""
+@pytest.mark.parametrize(
+    "finders,recorded", [({}, "tune_setup_lr"), ({"auto_scale_batch_size": True}, "tune_setup_both")]
+)
+def test_trainer_tune_sets_the_callbacks_and_module_up_once_a_search_as_1_9_5(finders, recorded):
+    """(``helpers/lightning1_owner_items.py``'s program: each search a fit of its own, the run's callbacks
+    given ``setup`` / ``teardown`` around it and no other hook; before, each batch-size trial was a fit calling
+    the module's ``setup`` again and the callbacks' not at all.)"""
     from helpers.lightning1_owner_records import RECORDED as OWNER_ITEMS
     from helpers.lightning1_owner_records import under_trainmesh
 
-    got = under_trainmesh("tune_setup_calls", auto_lr_find=True, auto_scale_batch_size=True)
-    assert got == OWNER_ITEMS["tune_setup_both"]
+    got = under_trainmesh("tune_setup_calls", auto_lr_find=True, **finders)
+    assert got == OWNER_ITEMS[recorded]
