@@ -60,13 +60,17 @@ def run_searches(ctx: LoopContext, fit_data: FitData, train: TrainLoop) -> None:
         early_exit = getattr(finder, "_early_exit", False)  # the Tuner's (Lightning's flag)
         arguments = finder.search_arguments(ctx.state.module) | {"fit_follows": not early_exit}
         result: Any
+        # a 1.x Tuner's finder carries 1.9.5's search (trainer/lightning1/tuner.py)
+        search = getattr(finder, "in_fit_search", None)
         if isinstance(finder, BatchSizeFinder):
             # Lightning's batch size search runs with the run's random state (no isolate_rng).
-            result = in_fit_searches.scale_batch_size(SearchTrials(ctx, fit_data, train), **arguments)
+            search = search or in_fit_searches.scale_batch_size
+            result = search(SearchTrials(ctx, fit_data, train), **arguments)
         else:
             # as Lightning's LearningRateFinder.lr_find (the fit's first iterator is made inside too)
             with isolate_rng():
-                result = in_fit_searches.lr_find(SearchTrials(ctx, fit_data, train), **arguments)
+                search = search or in_fit_searches.lr_find
+                result = search(SearchTrials(ctx, fit_data, train), **arguments)
         finder.searched(result)
         if early_exit:
             raise TunerExit

@@ -241,25 +241,6 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         outputs = self._launch("predict", model, data, ckpt_path, weights_only)
         return outputs if keep else None
 
-    def _fit_on_train_loader(self, model: Any, train_loader: Any, val_dataloaders: Any, datamodule: Any) -> None:
-        """A batch-size search's trial: fit on the train loader the search made (``tuner/trial_loaders.py``),
-        the validation loaders as ``fit(model, val_dataloaders, datamodule=...)`` has them."""
-        given = {"train": train_loader} | ({"validate": val_dataloaders} if val_dataloaders is not None else {})
-        data = DataSource(datamodule=datamodule, model=model, given=given, trainer_fn="fit")
-        self._launch("fit", model, for_overfit(data, self.overfit_batches), None)
-
-    def _reset_fit_state(self, *, keep_metrics: bool = False) -> None:
-        """The loop's state of a Trainer that has not run (the Tuner's search leaves nothing behind);
-        ``keep_metrics``: what the last run logged stays readable (``callback_metrics``, ``logged_metrics``)
-        until the next run starts, as after 1.9.5's ``trainer.tune``, whose searches are fits of their own."""
-        last = self._state
-        self._state = self._new_loop_state()
-        if keep_metrics:
-            from trainmesh.trainer import publishing
-
-            self._state.written_metrics = publishing.callback_metrics(last)
-            self._state.logged_metrics = publishing.logged_metrics(last)
-
     def _new_loop_state(self) -> LoopState:
         decide = self.runtime.trainer_port.returns_predictions  # trainer.predict_loop.return_predictions = x
         counters = LoopCounters()  # (the predict loop reads its own, trainer.predict_loop.batch_progress)

@@ -56,7 +56,6 @@ def scale_batch_size(
         trials.fit_data.train_loader()
     if trials.fit_data.validation_enabled():  # Lightning's _reset_dataloaders sets the val loaders up again:
         trials.fit_data.val_loaders(reload=True)  # the fit's (it asks for none after)
-    trials.restore_loggers()  # (Lightning restores its params before the progress bar)
     enable_progress_bar(trials.ctx.view)
     trials.restore()
     temporary_checkpoint.restored(path)
@@ -64,6 +63,42 @@ def scale_batch_size(
         path  # as Lightning's restore sets its _ckpt_path: what the fit then names (finder_runs)
     )
     return found
+
+
+def range_test(
+    trials: SearchTrials,
+    *,
+    min_lr: float,
+    max_lr: float,
+    num_training: int,
+    mode: str,
+    early_stop_threshold: float | None,
+    says: str = "2.6",
+) -> _LRFinder:
+    """The search's trial and the fit's state back after it (Lightning's and 1.9.5's ``lr_find`` alike):
+    its results, every rank's rank 0's; ``says``: whose lines about the temporary checkpoint."""
+    ctx, state = trials.ctx, trials.ctx.state
+    path = temporary_checkpoint.saved(ctx.view.default_root_dir, "lr_find", says=says)
+    finder = _LRFinder(mode, min_lr, max_lr, num_training)
+    recorder = _LRCallback(num_training, early_stop_threshold)
+    schedulers = list(state.lr_scheduler_configs)
+    _ExchangeScheduler(finder).on_fit_start(ctx.view, state.module)  # the search's rates in place of the module's
+    start = state.global_step
+    trials.run(max_steps=num_training + start, limit_val_batches=num_training, callbacks=[recorder])
+    finder.results = {"lr": recorder.lrs, "loss": recorder.losses}
+    if state.global_step != num_training + start:  # Lightning's line
+        log.info(f"LR finder stopped early after {state.global_step} steps due to diverging loss.")
+    state.lr_scheduler_configs[:] = schedulers
+    trials.restore_loggers()  # (Lightning restores its params before the progress bar)
+    enable_progress_bar(ctx.view)
+    # Each rank ran the search on its own share (the losses its own); every rank takes rank 0's, as Lightning's
+    finder.results = ctx.runtime.broadcast(finder.results, 0)
+    trials.restore()
+    temporary_checkpoint.restored(path, says=says)
+    trials.ctx.state.ckpt_path = (
+        path  # as Lightning's restore sets its _ckpt_path: what the fit then names (finder_runs)
+    )
+    return finder
 
 
 def lr_find(
@@ -82,27 +117,15 @@ def lr_find(
     ``fit_follows`` the fit reads that iterator, so its shuffle is drawn from the generator as the
     search began, not as the fit goes on; a Tuner's drops it, but a loader shuffling with its own
     generator (which ``isolate_rng`` does not give back) has drawn from it."""
-    ctx, state = trials.ctx, trials.ctx.state
-    path = temporary_checkpoint.saved(ctx.view.default_root_dir, "lr_find")
-    finder = _LRFinder(mode, min_lr, max_lr, num_training)
-    recorder = _LRCallback(num_training, early_stop_threshold)
-    schedulers = list(state.lr_scheduler_configs)
-    _ExchangeScheduler(finder).on_fit_start(ctx.view, state.module)  # the search's rates in place of the module's
-    start = state.global_step
-    trials.run(max_steps=num_training + start, limit_val_batches=num_training, callbacks=[recorder])
-    finder.results = {"lr": recorder.lrs, "loss": recorder.losses}
-    if state.global_step != num_training + start:  # Lightning's line
-        log.info(f"LR finder stopped early after {state.global_step} steps due to diverging loss.")
-    state.lr_scheduler_configs[:] = schedulers
-    trials.restore_loggers()  # (Lightning restores its params before the progress bar)
-    enable_progress_bar(ctx.view)
-    # Each rank ran the search on its own share (the losses its own); every rank takes rank 0's, as Lightning's
-    finder.results = ctx.runtime.broadcast(finder.results, 0)
-    trials.restore()
-    temporary_checkpoint.restored(path)
-    trials.ctx.state.ckpt_path = (
-        path  # as Lightning's restore sets its _ckpt_path: what the fit then names (finder_runs)
+    finder = range_test(
+        trials,
+        min_lr=min_lr,
+        max_lr=max_lr,
+        num_training=num_training,
+        mode=mode,
+        early_stop_threshold=early_stop_threshold,
     )
+    state = trials.ctx.state
     source = trials.fit_data.source
     if "train" in source.given:  # a loader given to fit: Lightning's fit loop reads it again
         loader = source.given["train"]

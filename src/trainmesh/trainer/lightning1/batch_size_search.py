@@ -10,19 +10,22 @@ program sees (the size found, set on the model, and the fit trained with it):
   at the dataset's length (1.9.5's ``_is_valid_batch_size``; 2.x stops once the size reaches the
   length, and goes past it), and there is no ``max_val``.
 
-On a CPU no trial runs out of memory; the halving and bisecting after one are 1.9.5's as well.
+The search runs inside a fit of its own, as 1.9.5's ``BatchSizeFinder`` runs it (``trainer.tuner`` and
+``trainer.tune``: lightning1/tuner.py): each trial the fit's training loop again, which asks for a new
+train loader as 1.9.5's fit loop does at its start; a changed size asks for one more (1.9.5's
+``_reset_dataloaders``), and the size check reads the loader asked for last. On a CPU no trial runs out
+of memory; the halving and bisecting after one are 1.9.5's as well.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any, cast
 
-from trainmesh.trainer.data_source import DataSource
-from trainmesh.trainer_view import TrainerView
+from trainmesh.trainer.search_trials import SearchTrials
+from trainmesh.tuner import temporary_checkpoint
 from trainmesh.tuner.batch_size_scaling import BatchSizeAttribute, _is_oom
-from trainmesh.tuner.tuning import Tuner
+from trainmesh.tuner.progress_bar_after_search import enable_progress_bar
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
 log = lightning_named_logger(__name__)  # 1.9.5's lines, shown as its tuner's
@@ -30,18 +33,8 @@ log = lightning_named_logger(__name__)  # 1.9.5's lines, shown as its tuner's
 Length = Callable[[], "tuple[int | None, int | None]"]
 
 
-def _nothing(**_: Any) -> None:
+def _nothing() -> None:
     pass
-
-
-def loader_lengths(source: Any) -> tuple[int | None, int | None]:
-    """The number of batches and of samples of the train loader the model or data module makes now
-    (None where it has no length)."""
-    loader = source.train_dataloader()
-    try:
-        return len(loader), len(loader.dataset)
-    except (AttributeError, TypeError, NotImplementedError):
-        return None, None
 
 
 def adjust(
@@ -60,8 +53,14 @@ def adjust(
     return new_size, new_size != batch_size
 
 
-def power_scaling(trial: Callable[[], None], size: BatchSizeAttribute, length: Length, max_trials: int) -> int:
-    """1.9.5's ``_run_power_scaling``."""
+def power_scaling(
+    trial: Callable[[], None],
+    size: BatchSizeAttribute,
+    length: Length,
+    max_trials: int,
+    reset: Callable[[], None] = _nothing,
+) -> int:
+    """1.9.5's ``_run_power_scaling``; ``reset()`` after each size change (its ``_reset_dataloaders``)."""
     new_size, any_success = size.get(), False
     for _ in range(max_trials):
         try:
@@ -69,18 +68,26 @@ def power_scaling(trial: Callable[[], None], size: BatchSizeAttribute, length: L
             new_size, changed = adjust(size, length, factor=2.0, desc="succeeded")
             if not changed:
                 break
+            reset()
             any_success = True
         except RuntimeError as error:
             if not _is_oom(error):
                 raise
             new_size, _ = adjust(size, length, factor=0.5, desc="failed")
+            reset()
             if any_success:
                 break
     return new_size
 
 
-def binsearch_scaling(trial: Callable[[], None], size: BatchSizeAttribute, length: Length, max_trials: int) -> int:
-    """1.9.5's ``_run_binary_scaling``."""
+def binsearch_scaling(
+    trial: Callable[[], None],
+    size: BatchSizeAttribute,
+    length: Length,
+    max_trials: int,
+    reset: Callable[[], None] = _nothing,
+) -> int:
+    """1.9.5's ``_run_binary_scaling``; ``reset()`` after each size change (its ``_reset_dataloaders``)."""
     new_size, low, high, count = size.get(), 1, None, 0
     while True:
         try:
@@ -97,55 +104,66 @@ def binsearch_scaling(trial: Callable[[], None], size: BatchSizeAttribute, lengt
                 new_size, changed = adjust(size, length, factor=2.0, desc="succeeded")
             if not changed:
                 break
+            reset()
         except RuntimeError as error:
             if not _is_oom(error):
                 raise
             high = new_size
             new_size, _ = adjust(size, length, value=(high + low) // 2, desc="failed")
+            reset()
             if high - low <= 1:
                 break
     return new_size
 
 
-def _set_up_as_its_fit(trainer: TrainerView, model: Any, datamodule: Any) -> None:
-    """1.9.5's search runs inside a fit (its ``BatchSizeFinder.on_fit_start``): ``prepare_data`` and the
-    ``setup("fit")`` hooks (the data module's, the callbacks', the module's) have run when it first asks
-    for the train loader, so a loader made from a dataset that ``setup`` builds has its length then."""
-    model.trainer = trainer  # as each fit attaches it: a setup may read self.trainer
-    DataSource(datamodule=datamodule, model=model, trainer_fn="fit").prepare(trainer, "fit")
-    for callback in trainer.callbacks:
-        callback.setup(trainer, model, stage="fit")
-    model.setup(stage="fit")
+class _HeldLoader:
+    """The train loader 1.9.5's Trainer holds during the search (``trainer.train_dataloader``): asked for by
+    the first size check, by each trial's fit loop as it starts, and by each reset."""
+
+    def __init__(self, source: Any) -> None:
+        self._source, self.loader = source, cast(Any, None)
+
+    def reset(self) -> None:
+        self.loader = self._source.train_dataloader()
+
+    def lengths(self) -> tuple[int | None, int | None]:
+        """Its number of batches and of samples (None where it has no length); asked for if none is held."""
+        if self.loader is None:
+            self.reset()
+        try:
+            return len(self.loader), len(self.loader.dataset)
+        except (AttributeError, TypeError, NotImplementedError):
+            return None, None
 
 
-class LightningOneTuner(Tuner):
-    """trainmesh's ``Tuner`` with 1.9.5's batch-size search (module docstring); ``margin`` and ``max_val``
-    (2.x's) do not exist in it."""
+def scale_batch_size(
+    trials: SearchTrials,
+    *,
+    fit_follows: bool,  # (1.x's finders are the Tuner's only: its fit ends after the search)
+    mode: str,
+    steps_per_trial: int,
+    init_val: int,
+    max_trials: int,
+    batch_arg_name: str,
+) -> int:
+    """1.9.5's ``scale_batch_size`` in the running fit (module docstring): the size found, set where the
+    batch size lives; then the fit's state as before (its checkpoint restored), the size kept."""
+    source, model = trials.fit_data.source, trials.ctx.state.module
+    size = BatchSizeAttribute(model, source.datamodule, batch_arg_name)
+    size.warn_if_in_both()
+    path = temporary_checkpoint.saved(trials.ctx.view.default_root_dir, "scale_batch_size", says="1.9.5")
+    held = _HeldLoader(source.datamodule if source.datamodule is not None else model)
 
-    _says_checkpoint = "1.9.5"  # its lines about the temporary checkpoint (restored, not the weights_only line)
-    _in_one_fit = False  # 1.9.5's trials: each a fit
+    def trial() -> None:
+        held.reset()  # 1.9.5's fit loop asks for its train loader as each run starts
+        trials.run(held.loader, max_steps=steps_per_trial, limit_train_batches=1.0, limit_val_batches=steps_per_trial)
 
-    def _batch_size_rules(
-        self, mode: str, max_trials: int, margin: float, max_val: int
-    ) -> tuple[Callable[..., int], Callable[..., tuple[int, bool]]]:
-        search = power_scaling if mode == "power" else binsearch_scaling
-
-        def run(trial: Callable[[], None], size: BatchSizeAttribute, length: Length) -> int:
-            return search(trial, size, length, max_trials)
-
-        return run, adjust
-
-    def _trial_data(
-        self, model: Any, source: Any, val_dataloaders: Any, datamodule: Any
-    ) -> tuple[Callable[[], None], Callable[[], Any], dict[str, Any], Callable[..., Any]]:
-        """1.9.5's: each trial a fit asking for its own loaders, each size check asking for a new one, and
-        nothing after the search (its ``__scale_batch_restore_params`` leaves the loaders as the last trial
-        left them)."""
-        trainer = self._trainer
-        _set_up_as_its_fit(cast(TrainerView, trainer), model, datamodule)  # the Trainer (the protocol is its part)
-
-        def trial() -> None:
-            trainer._reset_fit_state()  # each trial from step 0, as 1.9.5's _reset_progress
-            trainer.fit(model, val_dataloaders=val_dataloaders, datamodule=datamodule)
-
-        return trial, functools.partial(loader_lengths, source), {}, _nothing
+    adjust(size, held.lengths, value=init_val)
+    search = power_scaling if mode == "power" else binsearch_scaling
+    found = search(trial, size, held.lengths, max_trials, reset=held.reset)
+    log.info(f"Finished batch size finder, will continue with full run using batch size {found}")
+    trials.restore_loggers()  # (1.9.5 restores its params before the progress bar)
+    enable_progress_bar(trials.ctx.view)
+    trials.restore()
+    temporary_checkpoint.restored(path, says="1.9.5")
+    return found

@@ -271,10 +271,10 @@ class LightningOneMembers(RunProperties):
 
     @property
     def tuner(self) -> Any:
-        """A ``Tuner`` of this Trainer (1.9.5 kept one as ``trainer.tuner``: ``lr_find``, ``scale_batch_size``)."""
-        from trainmesh.tuner.tuning import Tuner  # a program that asks imports the tuner
+        """1.9.5's ``Tuner`` of this Trainer (``lr_find``, ``scale_batch_size``: lightning1/tuner.py)."""
+        from trainmesh.trainer.lightning1.tuner import LightningOneTuner  # a program that asks imports it
 
-        return Tuner(self)  # type: ignore[arg-type]
+        return LightningOneTuner(self)  # type: ignore[arg-type]
 
     @property
     def accumulation_scheduler(self) -> Any:

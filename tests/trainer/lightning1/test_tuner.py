@@ -1,0 +1,68 @@
+"""A pytorch-lightning 1.x run's ``trainer.tuner`` and ``trainer.tune`` as 1.9.5's (``trainer/lightning1/tuner.py``),
+compared with 1.9.5's run of the same programs (``helpers/lightning1_tuner_programs.py``, recorded by
+``helpers/record_lightning_1_9_tuner.py``): the value found, the finder's results and suggestion, the model's
+attribute, the Trainer's state after, the module's hook calls and the weights a fit trains after a tune.
+
+Before: ``trainer.tuner`` was Lightning 2.6's (``scale_batch_size(model, max_trials=2)`` found 4 where 1.9.5
+finds 8, and the other size trained; ``lr_find`` wrote its 2.x suggestion by default), and ``trainer.tune``
+ran each batch-size trial as a fit of its own (``setup``, ``configure_optimizers``, ``on_fit_start`` and
+``on_fit_end`` once a trial) and the learning-rate search as a fit calling ``on_fit_start`` / ``on_fit_end``
+but no ``on_save_checkpoint`` / ``on_load_checkpoint``: 1.9.5 runs each search in one fit that ends after it.
+"""
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+import trainmesh
+from helpers import lightning1_tuner_programs as programs
+
+RECORDED = json.loads((Path(__file__).parents[2] / "helpers" / "lightning_1_9_tuner.json").read_text())["measured"]
+
+
+def _run(function, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return json.loads(json.dumps(getattr(programs, function)(trainmesh, **kwargs)))
+
+
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("power", {"max_trials": 2}),
+        ("binsearch", {"mode": "binsearch", "max_trials": 2, "steps_per_trial": 2, "init_val": 3}),
+    ],
+)
+def test_trainer_tuner_scale_batch_size_is_1_9_5_s(name, kwargs):
+    assert _run("scale_batch_size", **kwargs) == RECORDED[name]
+
+
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("lr_find", {"num_training": 18, "max_lr": 50.0, "early_stop_threshold": None}),
+        ("lr_find_update", {"num_training": 18, "min_lr": 1e-4, "max_lr": 0.5, "mode": "linear", "update_attr": True}),
+    ],
+)
+def test_trainer_tuner_lr_find_is_1_9_5_s(name, kwargs):
+    assert _run("lr_find", **kwargs) == RECORDED[name]
+
+
+def test_trainer_tune_then_fit_calls_the_hooks_and_trains_the_weights_of_1_9_5():
+    assert _run("tune_then_fit", auto_lr_find=True, auto_scale_batch_size="binsearch") == RECORDED["tune_both"]
+
+
+@pytest.mark.parametrize(
+    "finders,recorded", [({}, "tune_setup_lr"), ({"auto_scale_batch_size": True}, "tune_setup_both")]
+)
+def test_trainer_tune_sets_the_callbacks_and_module_up_once_a_search_as_1_9_5(finders, recorded):
+    """(``helpers/lightning1_owner_items.py``'s program: each search a fit of its own, the run's callbacks
+    given ``setup`` / ``teardown`` around it and no other hook; before, each batch-size trial was a fit calling
+    the module's ``setup`` again and the callbacks' not at all.)"""
+    from helpers.lightning1_owner_records import RECORDED as OWNER_ITEMS
+    from helpers.lightning1_owner_records import under_trainmesh
+
+    got = under_trainmesh("tune_setup_calls", auto_lr_find=True, **finders)
+    assert got == OWNER_ITEMS[recorded]
