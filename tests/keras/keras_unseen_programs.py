@@ -382,6 +382,33 @@ def steps_shuffled(batch: int) -> Program:
     return Program(model, fit, {"x": x, "y": y, "batch_size": batch}, {"x": x[:40]})
 
 
+# 14. A compute_metrics override adding an entry to Keras' own (weighted compiled metrics, sample_weight in fit).
+class ExtraEntry(keras.Model):
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        logs = super().compute_metrics(x, y, y_pred, sample_weight)
+        logs["pred_mean"] = keras.ops.mean(y_pred)
+        return logs
+
+
+def extra_entry(batch: int) -> Program:
+    """The compiled metrics' members (``mae``, ``rmse``) are in the step's logs under their own names, not the
+    model's metric's (``compile_metrics``): found there, each is its summed state's result; before, weighted
+    by the processes' batch sizes where Keras weighs by the sample weights (History 1.1e-3 apart)."""
+    fresh()
+    inputs = keras.Input((8,))
+    model = ExtraEntry(inputs, keras.layers.Dense(1)(keras.layers.Dense(12, activation="relu")(inputs)))
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss="mse",
+        metrics=[keras.metrics.RootMeanSquaredError()],
+        weighted_metrics=["mae"],
+    )
+    x, y = tabular(96, classes=False)
+    weights = np.random.default_rng(SEED).uniform(0.2, 3.0, size=96).astype("float32")
+    fit = {"x": x, "y": y, "sample_weight": weights, "batch_size": batch, "epochs": 2, "shuffle": False}
+    return Program(model, fit, {"x": x, "y": y, "batch_size": batch}, {"x": x, "batch_size": batch})
+
+
 PROGRAMS = {
     "subclassed_step": subclassed_step,
     "uneven_tracker": uneven_tracker,
@@ -396,6 +423,7 @@ PROGRAMS = {
     "clipped_by_hand": clipped_by_hand,
     "batch_shuffled": batch_shuffled,
     "steps_shuffled": steps_shuffled,
+    "extra_entry": extra_entry,
 }
 
 

@@ -28,8 +28,16 @@ from trainmesh.runtime import Runtime
 
 
 def own_results(model: Any) -> dict[str, Any]:
-    """Each metric's result by name, as a step returning ``{m.name: m.result() ...}`` has it."""
-    return {metric.name: metric.result() for metric in model.metrics}
+    """Each metric's result by name, as a step returning ``{m.name: m.result() ...}`` has it, and each member
+    of a metric whose result is a dict (the compiled metrics) by its own name, as Keras' ``compute_metrics``
+    returns them: a ``compute_metrics`` override adding an entry to Keras' own hands its step's logs on with
+    ``mae`` and ``rmse``, not ``compile_metrics`` (before, not found here, they were weighted by the batch
+    sizes: History 8e-3 apart from one process where Keras weighs by the sample weights, or takes a root)."""
+    results = {metric.name: metric.result() for metric in model.metrics}
+    for result in list(results.values()):
+        if isinstance(result, dict):
+            results.update({name: value for name, value in result.items() if name not in results})
+    return results
 
 
 def over_processes(runtime: Runtime, logs: dict[str, Any], before: dict[str, Any], after: dict[str, Any], batch: int):

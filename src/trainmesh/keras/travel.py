@@ -71,6 +71,8 @@ def _saved(model: Any) -> tuple[dict[str, Any], bytes]:
     ... build it in setup()", the Trainer's advice, naming ``Travelling.model._tracker.config``)."""
     try:
         return own_objects(model), pickle.dumps(model)  # both read the model's config
+    except RefusedToTravel:
+        raise  # trainmesh's own reason (a class or function no worker can import), said once, with its own fix
     except Exception as err:  # noqa: BLE001 -- whatever Keras raises while saving the model
         said = " ".join(str(err).split("Example:")[0].split())  # Keras' reason, without its code sample
         raise RefusedToTravel(
