@@ -98,4 +98,9 @@ def test_trainer_tune_suggests_the_learning_rate_lightning_1_9_suggests():
     (1.9.5's index shift). Before, trainmesh answered 2.x's point (4.64e-06 on that curve), and a regression
     tutorial's third Trainer trained at 1.1e-07 where 1.9.5's trained at 5.25e-06."""
     got, _ = run("tune_lr_suggestion")
-    assert got == RECORDED["tune_lr_suggestion"]
+    recorded = dict(RECORDED["tune_lr_suggestion"])
+    # The search drives the loss up to ~48 from its 23rd step; from there float32 kernels of another CPU (the
+    # recording's machine or this one: 1.9.5 itself, re-run here, moved by 6.3e-7) differ in the last bits.
+    # The rates, the suggestion and everything before are exact.
+    assert got.pop("losses") == pytest.approx(recorded.pop("losses"), rel=1e-7, abs=0)
+    assert got == recorded
