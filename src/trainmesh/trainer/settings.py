@@ -236,10 +236,7 @@ def _check_val_interval(value: int | float | None) -> int | float:
         )
     if value < 0 or (isinstance(value, float) and value > 1.0):
         raise InvalidSetting(invalid_value_words("val_check_interval", value))
-    if isinstance(value, float) and value == 0.0:
-        raise InvalidSetting(
-            "val_check_interval=0.0: a float is a fraction of an epoch in (0, 1]; an int counts batches"
-        )
+    # 0.0 is Lightning's too: a fraction rounds to at least one batch, so it validates after every batch
     if isinstance(value, int) and value < 1:
         raise InvalidSetting(f"val_check_interval={value} must be at least 1 batch")
     return value
