@@ -331,11 +331,3 @@ def test_loaders_without_workers_are_warned_of_as_lightning_does(tmp_path, monke
     theirs, ours = both(worker_warnings, tmp_path, monkeypatch)
     assert sorted(ours) == sorted(theirs)
     assert ("PossibleUserWarning", "val_dataloader", "7") in theirs
-
-
-@pytest.mark.parametrize("interval", ["00:00:00:02", {"seconds": 2}, __import__("datetime").timedelta(seconds=2)])
-def test_a_time_based_val_check_interval_is_refused_when_the_trainer_is_built(interval):
-    """Lightning 2.6 validates every so many seconds for these; trainmesh does not (yet), and says so
-    when the Trainer is built (it failed inside fit: "invalid literal for int()")."""
-    with pytest.raises(TmMisconfiguration, match="validation every so much time is not supported"):
-        tm.Trainer(val_check_interval=interval)

@@ -312,6 +312,35 @@ def run_callbacks(out, directory):
     )
 
 
+def run_val_time(out):
+    """A time-based val_check_interval whose clocks disagree: rank 1's runs 5x faster (5 s a batch
+    against rank 0's 1 s). Every rank validates where rank 0's clock says (trainer/val_clock.py)."""
+    import trainmesh.trainer.val_clock as val_clock
+
+    class Clock:
+        now = 0.0
+
+        @classmethod
+        def monotonic(cls):
+            return cls.now
+
+    class Timed(Net):
+        points: list[int] = []
+
+        def on_train_batch_start(self, batch, batch_idx):
+            Clock.now += 1.0 + 4.0 * self.global_rank
+
+        def on_validation_end(self):
+            if not self.trainer.sanity_checking:
+                self.points.append(self.global_step)
+
+    val_clock.time = Clock
+    model = Timed()
+    trainer = quiet_trainer(strategy="ddp", devices=2, max_epochs=1, val_check_interval="00:00:00:03")
+    trainer.fit(model, DataLoader(dataset(), batch_size=PER_RANK_BATCH), DataLoader(dataset(64), batch_size=8))
+    torch.save(model.points, f"{out}.rank{trainer.global_rank}")
+
+
 def run_single(out, optimizer="adam"):
     model = Net() if optimizer == "adam" else SGDNet()
     # At step k the 2 ddp ranks' k-th batches, which the Trainer's sampler shuffles (helpers/lightning_order.py)
@@ -560,6 +589,7 @@ PROGRAMS = {
     "runtime": run_runtime,
     "gather_grads": run_gather_grads,
     "strategy_face": run_strategy_face,
+    "val_time": run_val_time,
 }
 
 

@@ -48,6 +48,7 @@ def plan(root: Path) -> list[tuple[str, int, list[str], dict[str, str]]]:
         leg("callbacks", 2, "callbacks", str(root / "ckpts")),
         leg("gather-grads.pt", 2, "gather_grads"),
         leg("strategy-face", 2, "strategy_face"),
+        leg("val-time", 2, "val_time"),
         ("unused-find", 2, ["unused", "find"], {}),  # (writes no file)
         # Fails in both ranks (torch's reducer error): last in its launch.
         ("unused-default", 2, ["unused", "default"], {}),
@@ -276,6 +277,13 @@ def test_an_existing_process_group_is_used_as_it_is(tmp_path, handwritten):
     saved = torch.load(out)
     for name, tensor in handwritten.items():
         assert torch.equal(saved["state_dict"][name], tensor), name
+
+
+def test_a_time_based_val_check_interval_follows_rank_0s_clock(legs):
+    """Rank 1's clock runs 5x faster than rank 0's: both validate where rank 0's says (its 3 s: every 3rd
+    of the 8 batches), where Lightning lets each rank decide by its own clock."""
+    out = legs.out("val-time")
+    assert [torch.load(f"{out}.rank{rank}") for rank in range(2)] == [[3, 6], [3, 6]]
 
 
 def test_checkpoint_and_early_stopping_decide_the_same_on_every_rank(legs):

@@ -46,6 +46,11 @@ MATRIX = {
         ("fit",),
         dict(max_epochs=1, val_check_interval=0.5, limit_val_batches=1),
     ),
+    "val_check_interval_zero": (  # Lightning's max(1, int(batches * 0.0)): after every batch
+        Program(),
+        ("fit",),
+        dict(max_epochs=1, limit_train_batches=3, val_check_interval=0.0, limit_val_batches=1),
+    ),
     "val_check_every_2_epochs": (
         Program(),
         ("fit",),

@@ -188,6 +188,8 @@ def saves_at_epoch_end(setting: bool | None, trainer: TrainerView) -> bool:
     exist at an epoch's end), at the epoch's end when it runs once at the end of each, or not at all."""
     if setting is not None:
         return setting
+    if getattr(trainer, "_val_check_time_interval", None) is not None:  # time-based: after validation
+        return False
     if getattr(trainer, "check_val_every_n_epoch", 1) != 1:
         return False
     if not getattr(trainer, "val_loader_batches", 0):

@@ -146,6 +146,8 @@ class EarlyStopping(Callback):
         if self.check_on_train_epoch_end is not None:
             return self.check_on_train_epoch_end
         interval = getattr(trainer, "val_check_interval", 1.0)
+        if getattr(trainer, "_val_check_time_interval", None) is not None:
+            return False  # (Lightning 2.6 fails here: its trainer has no val_check_interval then)
         return interval in (None, 1.0) and getattr(trainer, "check_val_every_n_epoch", 1) == 1
 
     def _run_early_stopping_check(self, trainer: TrainerView) -> None:

@@ -118,6 +118,8 @@ def run_validation(
     if release_grads:
         release_gradients(ctx.hooks, ctx.state.module)
     results = _evaluate(ctx, "validate", val_loaders(), ctx.settings.limit_val_batches)
+    if ctx.state.val_clock is not None:  # a time-based interval counts from the validation's end (Lightning's)
+        ctx.state.val_clock.restart()
     run.stage = RunningStage.TRAINING
     return results
 

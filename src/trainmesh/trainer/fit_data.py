@@ -23,6 +23,7 @@ from trainmesh.trainer.evaluation import device_loaders
 from trainmesh.trainer.fetching import Fetcher
 from trainmesh.trainer.iterator_timing import makes_iterators_as_1_9
 from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.val_clock import BY_TIME
 
 
 class FitData:
@@ -102,7 +103,7 @@ class FitData:
         """Whether the fit's first epoch validates before its first batch, as the searches of Lightning
         1.x's ``trainer.tune`` do (``DataSource.validate_first``): where validation is due every
         ``val_every`` batches (not only after the last batch of a loader without a length)."""
-        return self._source.validate_first and val_every is not None and val_every != math.inf
+        return self._source.validate_first and val_every not in (None, math.inf, BY_TIME)
 
     def val_loaders(self, *, reload: bool = False) -> list[Any]:
         """The validation loaders, asked for the first time they are needed, and again where

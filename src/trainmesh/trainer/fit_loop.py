@@ -43,6 +43,7 @@ from trainmesh.trainer.run_summary import announce_run
 from trainmesh.trainer.settings import warn_if_max_epochs_unset
 from trainmesh.trainer.stop_limits import can_stop_early, fit_done, fit_limits
 from trainmesh.trainer.train_batch_start import END_OF_EPOCH, BatchStart
+from trainmesh.trainer.val_clock import BY_TIME, ValClock
 from trainmesh.utilities.dataloaders import begin_skip
 from trainmesh.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from trainmesh.utilities.warnings import PossibleUserWarning
@@ -74,6 +75,7 @@ def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None
             rank_zero_info("`Trainer.fit` stopped: No training batches.")
         return
     _warn_of_unlogged_epochs(ctx, state.num_training_batches)
+    state.val_clock = ValClock.for_setting(settings.val_check_time)  # as Lightning's setup_data
     load_loader_states(train_loader, state.loop.loader_states)  # before its iterator starts, as Lightning's
     state.loop.loader_states = []
     announce_run(ctx.view, state, runtime, "fit", train_loader, accumulation=settings.accumulate_grad_batches)
@@ -95,6 +97,7 @@ def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None
                     train_loader = fit_data.train_loader(reload=True)
                     # Lightning's setup_data warns again for each reloaded loader's count
                     _warn_of_unlogged_epochs(ctx, state.num_training_batches)
+                    state.val_clock = ValClock.for_setting(settings.val_check_time)  # again (setup_data)
                 run_epoch(ctx, fit_data, train_loader, opened)
                 opened = None
         finally:
@@ -254,7 +257,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: _Opened
     val_every = val_check_batches(state, ctx.settings, fit_data)
     if opened is not None:
         warn_if_loader_not_resumable(state, ctx.settings, loader)
-        start_epoch_loop(state, ctx.settings, val_every)
+        start_epoch_loop(state, ctx.settings, None if val_every == BY_TIME else val_every)  # (clock just started)
     if opened is not None and not mid_epoch_resume and fit_data.validates_first(val_every):
         # Lightning 1.x's trainer.tune searches validate before their first batch (fit_data.py)
         evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=False)
@@ -355,7 +358,7 @@ def _log_and_validate(
     if log_due:
         _verify_losses(loop)  # where the check is deferred (finite_loss.py), its read
         ctx.publisher.step_metrics()
-    if val_every is not None and validates_after(state, settings, loop, val_every, is_last=is_last):
+    if val_every is not None and validates_after(state, settings, loop, val_every, ctx.runtime, is_last=is_last):
         _verify_losses(loop)
         loop.mid_epoch_validation, loop.stepped_pending = not is_last, int(stepped)
         loop.epoch_end_validation = is_last

@@ -269,12 +269,21 @@ class LightningMembers(RunProperties):
         return counted + added
 
     @property
+    def _val_check_time_interval(self) -> float | None:
+        """Lightning's: a time-based ``val_check_interval`` in seconds (None for a count or a fraction,
+        and under ``fast_dev_run``); its callbacks read it (ModelCheckpoint saves after validation then)."""
+        seconds: float | None = self._settings.val_check_time
+        return seconds
+
+    @property
     def val_check_batch(self) -> int | float | None:
         """Lightning's: the training batches between validations, settled as a fit starts (None before
         any fit); an int ``val_check_interval`` as given, a fraction of the epoch's batches at least 1."""
         # the loader's count (Lightning settled it when the loader was set up: no batch a callback added)
         interval, batches = self._settings.val_check_interval, self._state.num_training_batches
         if not self._state.progress.fit_started or batches == 0:  # Lightning settles it only for batches to run
+            return None
+        if self._settings.val_check_time is not None:  # time-based: no batch count (Lightning's None)
             return None
         if isinstance(interval, int) or math.isinf(batches):
             return interval if isinstance(interval, int) else float("inf")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from trainmesh.trainer.hooks import HookDispatcher
     from trainmesh.trainer.optimizers import SchedulerConfig
     from trainmesh.trainer.results import LogCollector, StageResults
+    from trainmesh.trainer.val_clock import ValClock
     from trainmesh.trainer_view import ManualSteps
 
 
@@ -126,6 +127,7 @@ class LoopState:
     trainer_state: TrainerState = field(default_factory=TrainerState)  # Lightning's trainer.state (states.py)
     stage_before_check: RunningStage | None = None  # the stage the sanity check returns to
     num_training_batches: int | float = math.inf  # Lightning's before a fit counts its loader
+    val_clock: ValClock | None = None  # a time-based val_check_interval's, started as fit sets up its train loader
     # The batch count of the loader an evaluation runs now: what the progress bar and the
     # profiler's schedule count to (the Trainer's num_*_batches are Lightning's per-loader lists).
     val_loader_batches: int | float = 0

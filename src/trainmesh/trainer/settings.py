@@ -8,8 +8,10 @@ in the Trainer's argument order, so the first mistake is the one reported.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
+from trainmesh.trainer.val_clock import TIME_TYPES, interval_seconds
 from trainmesh.utilities.exceptions import MisconfigurationException, MisconfiguredValue
 
 
@@ -48,6 +50,8 @@ class LoopSettings:
     # Lightning's trainer.max_epochs / min_epochs read None (as given) until a fit settles them (_parse_loop_limits)
     max_epochs_given: bool = True
     limits_settled: bool = False
+    # Lightning 2.6's time-based val_check_interval, in seconds (val_clock.py); val_check_interval is then 1.0
+    val_check_time: float | None = None
 
     @property
     def clips(self) -> bool:
@@ -97,7 +101,7 @@ def check_loop_settings(
     limit_val_batches: int | float | None,
     limit_test_batches: int | float | None,
     limit_predict_batches: int | float | None,
-    val_check_interval: int | float | None,
+    val_check_interval: int | float | str | timedelta | dict[str, int] | None,
     check_val_every_n_epoch: int | None,
     num_sanity_val_steps: int,
     log_every_n_steps: int,
@@ -120,7 +124,7 @@ def check_loop_settings(
         # One quick pass through every stage to shake out bugs: no logs, no checkpoints.
         max_epochs, max_steps, num_sanity_val_steps = 1, dev_run, 0
         limit_train_batches = limit_val_batches = limit_test_batches = limit_predict_batches = dev_run
-        val_check_interval, logger, enable_checkpointing = 1.0, False, False
+        val_check_interval, logger, enable_checkpointing = 1.0, False, False  # (a time-based one too)
     max_steps = _check_int("max_steps", max_steps, minimum=-1)
     max_epochs_unset = max_epochs is None and max_steps == -1
     if max_epochs is None:
@@ -132,6 +136,9 @@ def check_loop_settings(
     limit_val_batches = _check_limit("limit_val_batches", limit_val_batches)
     limit_test_batches = _check_limit("limit_test_batches", limit_test_batches)
     limit_predict_batches = _check_limit("limit_predict_batches", limit_predict_batches)
+    val_check_time = None
+    if isinstance(val_check_interval, TIME_TYPES):  # Lightning 2.6's time-based interval
+        val_check_time, val_check_interval = interval_seconds(val_check_interval), 1.0
     val_check_interval = _check_val_interval(val_check_interval)
     if check_val_every_n_epoch is not None:
         _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
@@ -150,6 +157,7 @@ def check_loop_settings(
         limit_test_batches=limit_test_batches,
         limit_predict_batches=limit_predict_batches,
         val_check_interval=val_check_interval,
+        val_check_time=val_check_time,
         check_val_every_n_epoch=check_val_every_n_epoch,
         num_sanity_val_steps=num_sanity_val_steps,
         log_every_n_steps=log_every_n_steps,
@@ -229,17 +237,13 @@ def _check_val_interval(value: int | float | None) -> int | float:
         return 1.0
     value = whole_count(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        # Lightning 2.6's time-based interval ("DD:HH:MM:SS", a timedelta, its keywords as a dict)
-        raise InvalidSetting(
-            f"val_check_interval={value!r}: validation every so much time is not supported here; give an int "
-            "(every that many training batches) or a float (that fraction of an epoch)"
+        raise InvalidSetting(  # (Lightning 2.6 fails on comparing it: a TypeError)
+            f"Unsupported type for `val_check_interval`: {type(value)!r}. Give an int (every that many training "
+            "batches), a float (that fraction of an epoch) or a time ('DD:HH:MM:SS', a timedelta or its keywords)"
         )
     if value < 0 or (isinstance(value, float) and value > 1.0):
         raise InvalidSetting(invalid_value_words("val_check_interval", value))
-    if isinstance(value, float) and value == 0.0:
-        raise InvalidSetting(
-            "val_check_interval=0.0: a float is a fraction of an epoch in (0, 1]; an int counts batches"
-        )
+    # 0.0 is Lightning's too: a fraction rounds to at least one batch, so it validates after every batch
     if isinstance(value, int) and value < 1:
         raise InvalidSetting(f"val_check_interval={value} must be at least 1 batch")
     return value

@@ -6,6 +6,7 @@ import functools
 import inspect
 import os
 import weakref
+from datetime import timedelta
 from typing import Any, Literal
 
 import torch
@@ -75,7 +76,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
-        val_check_interval: int | float | None = None,
+        val_check_interval: int | float | str | timedelta | dict[str, int] | None = None,
         check_val_every_n_epoch: int | None = 1,
         num_sanity_val_steps: int = 2,
         log_every_n_steps: int = 50,

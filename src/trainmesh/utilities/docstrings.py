@@ -25,7 +25,7 @@ Args:
     limit_val_batches: validation batches: an int or a fraction (0 turns validation off) (default ``None``).
     limit_test_batches: test batches: an int or a fraction (default ``None``).
     limit_predict_batches: predict batches: an int or a fraction (default ``None``).
-    val_check_interval: validate every this many training batches (int) or this fraction of an epoch (default ``None``).
+    val_check_interval: validate every this many training batches (int), this fraction of an epoch (float), or after this much time (str "DD:HH:MM:SS", timedelta, dict of its keywords) (default ``None``).
     check_val_every_n_epoch: validate every this many epochs (None: by ``val_check_interval`` only) (default ``1``).
     num_sanity_val_steps: validation batches run before training (-1: all) (default ``2``).
     log_every_n_steps: log step metrics every this many steps (default ``50``).
