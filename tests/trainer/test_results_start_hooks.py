@@ -249,3 +249,64 @@ def test_an_epoch_start_hook_refuses_values_per_step_as_lightning_does(tmp_path,
             run(Net(), loader)
         words.append((type(raised.value).__name__, str(raised.value).split(".")[0]))
     assert words[1] == words[0]
+
+
+def _same_name_at_start_and_step(framework: str, root: str) -> list[Any]:
+    """A name an epoch-start hook and the steps both log (one loader): what validate() and test() return,
+    callback_metrics after them and the loggers' rows."""
+    if framework == "lightning":
+        import lightning.pytorch as pl
+        from lightning.pytorch.loggers import Logger
+    else:
+        import trainmesh as pl
+        from trainmesh.loggers import Logger
+    seen: list[Any] = []
+
+    class Rows(Logger):
+        name, version, experiment = "rows", 0, None
+
+        def log_metrics(self, metrics, step=None):
+            seen.append(("row", step, sorted((k, round(float(v), 5)) for k, v in metrics.items())))
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+    class Net(pl.LightningModule if framework == "lightning" else pl.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def on_validation_epoch_start(self):
+            self.log("val", 100.0)
+
+        def on_test_epoch_start(self):
+            self.log("val", 200.0, prog_bar=True)
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val", self.layer(batch).sum())
+
+        def test_step(self, batch, batch_idx):
+            self.log("val", self.layer(batch).sum(), prog_bar=True)
+
+        def on_test_epoch_end(self):
+            self.log("ended", 1.0)
+
+    torch.manual_seed(0)
+    loader = DataLoader(torch.randn(4, 4), batch_size=2)
+    trainer = pl.Trainer(default_root_dir=root, logger=Rows(), enable_progress_bar=False, enable_model_summary=False)
+    model = Net()
+    for run in (trainer.validate, trainer.test):
+        results = run(model, loader, verbose=False)
+        seen.append(("results", [[(k, round(v, 5)) for k, v in r.items()] for r in results]))
+        seen.append(sorted((k, round(float(v), 5)) for k, v in trainer.callback_metrics.items()))
+        seen.append(sorted((k, round(float(v), 5)) for k, v in trainer.progress_bar_metrics.items()))
+    return seen
+
+
+def test_a_name_logged_at_epoch_start_and_in_the_steps_reads_the_steps_value_as_in_lightning(tmp_path):
+    """Lightning keeps both log calls of the name and its later one (the steps') is the epoch's value: in the
+    results, callback_metrics, progress bar and the loggers' row. Before, trainmesh gave the start hook's (100.0)."""
+    lightning = _same_name_at_start_and_step("lightning", str(tmp_path / "l"))
+    validated = next(item[1][0] for item in lightning if item[0] == "results")
+    assert dict(validated)["val"] != 100.0
+    assert _same_name_at_start_and_step("trainmesh", str(tmp_path / "t")) == lightning

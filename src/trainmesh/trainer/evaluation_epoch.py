@@ -83,6 +83,9 @@ def publish_epoch(
         suffix = loader_suffix(loader_idx, reduced)
         own.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix, to_logger=False) if shown else {})
         row.update(logger_row(metrics, suffix))
+    if len(reduced) == 1:  # a name the start hooks and the steps both log on epoch: the steps' value, as
+        # Lightning's metrics take its result collection's later entry of the name (a forked name aside)
+        late = {k: v for k, v in late.items() if not (id(v[1]) in before_batches and _epoch_only(reduced[0].get(k)))}
     # Lightning's results dict is its result collection's order: with one loader, the order of the
     # first log calls (the start hooks' names first); with several, each loader's names, then the hooks'
     first = {name: value for name, value in late.items() if len(reduced) == 1 and id(value[1]) in before_batches}
@@ -92,6 +95,10 @@ def publish_epoch(
     ctx.publisher.log(row)  # one row for all loaders, as Lightning's
     # (the hooks' value wins, as before; a 1.x module's nested metric as one dict)
     return [nest_results({**leading, **values, **shared, **leading}) for values in own]
+
+
+def _epoch_only(logged: tuple[float, Any] | None) -> bool:
+    return logged is not None and not logged[1].on_step
 
 
 def step_counter(ctx: LoopContext, stage: str) -> str | None:
