@@ -61,6 +61,9 @@ THROUGH_THE_DOOR = {
     # strategy), whose base runs each call as it comes; the strategy hands in its own.
     "trainmesh.strategies.step": {"ManualSync", "StepHooks", "StepResult", "tokens_in"},
     "trainmesh.launchers.base": {"ProcessInfo"},
+    # whether a line was said already by the process that started this one: a predicate of the
+    # process's environment, no collective (the Trainer's construction lines, trainer/construction_lines.py)
+    "trainmesh.launchers.agent_link": {"said_by_the_agent_process"},
     "trainmesh.checkpoint.keys": {"CheckpointKeys"},
     "trainmesh.supervision": {"DEFAULT_WATCHDOG_TIMEOUT", "PREEMPTION_CHECKPOINT", "Preempted", "StuckRankError"},
     # Lightning's keys of a checkpoint dict (its version, loops counters, scaler key): pure functions of values

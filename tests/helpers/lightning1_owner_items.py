@@ -3,7 +3,7 @@ is recorded under 1.9.5 by ``record_lightning_1_9_owner_items.py`` (its own venv
 ``lightning_1_9_owner_items.json``; the tests beside each fix run the same function under trainmesh and
 compare (``tests/callbacks/test_lr_monitor_lightning1.py``, ``tests/loggers/test_csv_logger_lightning1.py``,
 ``tests/callbacks/test_lightning1_names_bar.py``, ``tests/trainer/test_checkpointing_lightning1.py``,
-``tests/trainer/lightning1/test_tune_setup.py``, ``tests/trainer/test_stage_setup_lightning1.py``).
+``tests/trainer/lightning1/test_tuner.py``, ``tests/trainer/test_stage_setup_lightning1.py``).
 Each module defines ``training_epoch_end`` (a hook 2.0 removed), which makes it a 1.x module.
 """
 

@@ -26,6 +26,7 @@ from trainmesh.trainer.construction import (
     build_loggers,
     build_runtime,
 )
+from trainmesh.trainer.construction_lines import said_once_per_run
 from trainmesh.trainer.constructor_arguments import lightning_arguments
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.finder_runs import refuse_several_processes
@@ -56,6 +57,7 @@ _LOOP_SETTINGS = frozenset(inspect.signature(check_loop_settings).parameters)
 class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunProperties; 1.x's members
     __doc__ = docstrings.TRAINER  # Args and Examples; the file is near 500 lines
 
+    @said_once_per_run  # not again by a worker of trainmesh's agent (construction_lines.py)
     @lightning_arguments  # PL_TRAINER_* defaults, mistyped keywords, barebones=True (constructor_arguments.py)
     def __init__(
         self,

@@ -5,10 +5,11 @@ Lightning's search runs its trials in one fit loop, whose train loader is made b
 size adjustment measures the dataset with it, so the first trial reads the loader made at the
 model's own batch size, before ``init_val`` is set), again after each adjustment that changed the size
 (or followed a trial that failed), and once more as the search ends. Measuring the dataset reads the
-loader the loop holds; it asks for none. trainmesh's trials are fits of their own: each is handed the
-loader Lightning's trial would read, so ``train_dataloader()`` is called as often, at the same sizes,
-and the random numbers it draws (or its loaders' shuffles draw) leave the generators where
-Lightning's leave them.
+loader the loop holds; it asks for none. trainmesh runs each trial as the fit's training loop again
+(trainer/search_trials.py) and hands it the loader Lightning's trial would read, so
+``train_dataloader()`` is called as often, at the same sizes, and the random numbers it draws (or its
+loaders' shuffles draw) leave the generators where Lightning's leave them. (A 1.x run's search,
+pytorch-lightning 1.9.5's, asks for its loaders by its own rule: trainer/lightning1/batch_size_search.py.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class TrialLoaders:
 
     def __init__(self, source: Any, fit_on: Callable[[Any], None]) -> None:
         """``source``: the model or data module whose ``train_dataloader()`` makes the loaders;
-        ``fit_on(loader)``: one trial's fit on ``loader``, from step 0."""
+        ``fit_on(loader)``: one trial on ``loader``, the fit's training loop again from step 0."""
         self._source, self._fit_on = source, fit_on
         self._loader: Any = None
 
@@ -44,7 +45,7 @@ class TrialLoaders:
             return None
 
     def trial(self) -> None:
-        """One trial: a fit of ``steps_per_trial`` steps on the present loader."""
+        """One trial: the fit's training loop for ``steps_per_trial`` steps on the present loader."""
         self._fit_on(self.current())
 
     def finish(self, *, fit_follows: bool = False) -> Any:
