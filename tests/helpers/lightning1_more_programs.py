@@ -100,7 +100,7 @@ def last_checkpoint_after_no_improvement(pl, *, lightning1_hook: bool) -> dict:
 
 def trainer_spelled_for_1x(pl, *, spelling: str) -> dict:
     """A module with no 1.x-only hook, run by a Trainer only 1.x can build (l1-progs16 p04's ``Trainer(gpus=0)``,
-    p06's ``Trainer.from_argparse_args``, ``"plugin"``: 1.x's ``plugins=SingleDevicePlugin(...)``; spelling ``"2.x"``: neither): pytorch-lightning 1.9.5 is the owner,
+    p06's ``Trainer.from_argparse_args``; spelling ``"2.x"``: neither): pytorch-lightning 1.9.5 is the owner,
     so its order of draws (the train iterator made after ``on_train_epoch_start``), its last.ckpt at every
     epoch end and its LearningRateMonitor (not in ``callback_metrics``). Checked by
     ``tests/trainer/lightning1/test_trainer_members_generation.py``."""
@@ -130,10 +130,6 @@ def trainer_spelled_for_1x(pl, *, spelling: str) -> dict:
             trainer = pl.Trainer(gpus=0, callbacks=callbacks, **options)
         elif spelling == "argparse":
             trainer = pl.Trainer.from_argparse_args(Namespace(**options), callbacks=callbacks)
-        elif spelling == "plugin":  # (pytorch-lightning <= 1.7's name: 1.8 removed it, so not recorded)
-            trainer = pl.Trainer(
-                plugins=pl.plugins.SingleDevicePlugin(torch.device("cpu")), callbacks=callbacks, **options
-            )
         else:
             trainer = pl.Trainer(accelerator="cpu", devices=1, callbacks=callbacks, **options)
         module = Regressor()
@@ -150,6 +146,43 @@ def trainer_spelled_for_1x(pl, *, spelling: str) -> dict:
         }
 
 
+def checkpoint_folder_after_tune(pl) -> dict:
+    """``Trainer(auto_lr_find=True)`` with its default ModelCheckpoint and a logger, ``trainer.tune`` then
+    ``fit`` (stanton119/data-analysis's probabilistic regression, l1-progs17): 1.9.5 sets the run's callbacks
+    up with the run's logger, so the checkpoint lands in the logger's version folder. Checked by
+    ``tests/tuner/test_run_callbacks_setup.py``."""
+    import os
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 3), torch.randn(32, 1))
+    module = _regressor_class(pl, lightning1_hook=False)()
+    module.learning_rate = 0.1
+    with tempfile.TemporaryDirectory() as root:
+        logger = pl.loggers.CSVLogger(root)
+        trainer = pl.Trainer(
+            default_root_dir=root, logger=logger, max_epochs=2, auto_lr_find=True, enable_progress_bar=False
+        )
+        trainer.tune(
+            module,
+            DataLoader(data, batch_size=8),
+            DataLoader(data, batch_size=8),
+            lr_find_kwargs={"num_training": 16, "early_stop_threshold": None},
+        )
+        trainer.fit(module, DataLoader(data, batch_size=8), DataLoader(data, batch_size=8))
+        files = sorted(
+            os.path.relpath(os.path.join(folder, name), root)
+            for folder, _, names in os.walk(root)
+            for name in names
+            if name.endswith(".ckpt")
+        )
+        return {
+            "dirpath": os.path.relpath(trainer.checkpoint_callback.dirpath, root),
+            "checkpoints": files,
+            "learning_rate": module.learning_rate,
+            "weight": [round(w, 6) for w in module.layer.weight.flatten().tolist()],
+        }
+
+
 def measure(root: str) -> dict:
     _numpy_inf()
     pl = importlib.import_module(root)
@@ -159,6 +192,7 @@ def measure(root: str) -> dict:
         "last_checkpoint_lightning1_module": last_checkpoint_after_no_improvement(pl, lightning1_hook=True),
         "trainer_gpus_0": trainer_spelled_for_1x(pl, spelling="gpus"),
         "trainer_from_argparse_args": trainer_spelled_for_1x(pl, spelling="argparse"),
+        "checkpoint_folder_after_tune": checkpoint_folder_after_tune(pl),
     }
 
 

@@ -66,3 +66,14 @@ def test_trainer_tune_sets_the_callbacks_and_module_up_once_a_search_as_1_9_5(fi
 
     got = under_trainmesh("tune_setup_calls", auto_lr_find=True, **finders)
     assert got == OWNER_ITEMS[recorded]
+
+
+def test_a_checkpoint_after_a_1x_tune_lands_in_the_run_s_logger_folder_as_1_9_5():
+    """After ``trainer.tune(auto_lr_find=True)`` a default ModelCheckpoint saves the fit's checkpoints in the
+    logger's version folder, as 1.9.5's (its DummyLogger comes only as the search starts; found on
+    stanton119/data-analysis's probabilistic regression: before, ``default_root_dir/checkpoints``)."""
+    from helpers import lightning1_more_programs
+
+    recorded = json.loads((Path(__file__).parents[2] / "helpers" / "lightning_1_9_more_programs.json").read_text())
+    got = lightning1_more_programs.checkpoint_folder_after_tune(trainmesh)
+    assert got == recorded["measured"]["checkpoint_folder_after_tune"]
