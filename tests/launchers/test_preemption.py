@@ -172,8 +172,9 @@ def one_process_fit(root: Path) -> dict[str, torch.Tensor]:
 
 def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp_path, caplog, monkeypatch):
     at = random.randint(3, 40)
-    arguments = (str(tmp_path), "--devices", "1", "--signal", "SIGTERM", "--at", str(at), "--to", "self")
-    stopped = run_script(tmp_path, *arguments[1:], forked=True)
+    stopped = run_script(
+        tmp_path, "--devices", "1", "--signal", "SIGTERM", "--at", str(at), "--to", "self", forked=True
+    )
     context = f"SIGTERM after step {at}\n{stopped.stdout[-1500:]}\n{stopped.stderr[-3000:]}"
     assert stopped.returncode == PREEMPTED, context
     assert f"stopped by SIGTERM: training stopped after step {at}" in stopped.stderr, context
@@ -182,7 +183,7 @@ def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     # the same script run again, here: fit(ckpt_path=None) with the stopped run's command line
-    as_restart_of(monkeypatch, tmp_path / "last-preempted.ckpt", argv=[RUN, *arguments])
+    as_restart_of(monkeypatch, tmp_path / "last-preempted.ckpt", argv=[RUN, str(tmp_path)])
     resumed = one_process_fit(tmp_path)
     assert f"the previous run was preempted: resuming from {tmp_path / 'last-preempted.ckpt'}" in said(caplog)
     assert same_weights(resumed, one_process_fit(tmp_path / "never_stopped")), context
