@@ -86,6 +86,7 @@ THROUGH_THE_DOOR = {
         "atomic_save",
         "check_state_dict_fits",
         "check_weights_only",
+        "checkpoint_entries",
         "content_problem",
         "load_checkpoint_file",
         "remove_checkpoint",

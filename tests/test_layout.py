@@ -35,6 +35,7 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/probe_restorer.py": ["keras/test_step_probe.py"],
     "trainer/lightning_resume.py": ["trainer/test_restart_counts_lightning.py", "checkpoint/test_lightning_keys.py"],
     "trainer/own_saves.py": ["trainer/test_resume_newest.py"],
+    "trainer/run_identity.py": ["trainer/test_resume_owner.py"],
     "trainer/lightning1/step_end.py": ["utilities/test_lightning1_deprecations.py"],
     "callbacks/model_checkpoint.py": [
         "callbacks/test_monitor_cadence_as_lightning.py",

@@ -19,7 +19,7 @@ from helpers.differential import Program, api, differences, run
 pytest.importorskip("lightning.pytorch")
 
 IGNORED_KEYS = ("loops", "pytorch-lightning_version", "epoch_metrics", "format", "hyper_parameters", "loop")
-IGNORED_KEYS += ("per_rank", "precision", "rng", "train_results", "trainmesh_version")
+IGNORED_KEYS += ("per_rank", "precision", "rng", "train_results", "trainmesh_version", "trainmesh_run")
 
 
 def _closure_calls(run_fit) -> int:

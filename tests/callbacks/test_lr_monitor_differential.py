@@ -15,7 +15,7 @@ from helpers.differential import Program, differences, run
 pytest.importorskip("lightning.pytorch")
 
 IGNORED_KEYS = ("loops", "pytorch-lightning_version", "epoch_metrics", "format", "hyper_parameters", "loop")
-IGNORED_KEYS += ("per_rank", "precision", "rng", "train_results", "trainmesh_version")
+IGNORED_KEYS += ("per_rank", "precision", "rng", "train_results", "trainmesh_version", "trainmesh_run")
 
 SHORT = dict(max_epochs=2, limit_train_batches=3, limit_val_batches=1)
 CASES = {

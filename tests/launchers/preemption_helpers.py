@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import torch
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))  # tests/, for helpers (test_restarts.py runs as a script too)
+from preemption_run import OPTIONS  # noqa: E402
+
 from helpers.forked import can_fork, run_forked  # noqa: E402
 from helpers.processes import run_program  # noqa: E402
 
@@ -53,14 +56,21 @@ def run_script(
     script runs as a fork of the fork server (helpers/forked.py), which imported torch and
     trainmesh already; a script of several devices is then the elastic agent, as started by
     ``python``, and its workers are new interpreters all the same."""
-    command = [RUN, str(root), *args]
+    command, env = [RUN, str(root)], {**(env or {}), **test_options(args)}
     if forked and torchrun is None and can_fork():
         clean = {k: v for k, v in os.environ.items() if k not in launcher_variables()}
-        environment = {**clean, "OMP_NUM_THREADS": "1", **(env or {})}
+        environment = {**clean, "OMP_NUM_THREADS": "1", **env}
         return run_forked(Path(RUN), command[1:], env=environment, timeout=timeout, cwd=root)
     if torchrun is not None:
         command = ["-m", "torch.distributed.run", *torchrun, *command]
     return run_program(command, timeout=timeout, env=env, without=launcher_variables(), cwd=root)
+
+
+def test_options(args: tuple[str, ...]) -> dict[str, str]:
+    """The test's options for preemption_run.py, given in its environment, not its command line: each run of
+    a chain is the same command run again, as a user reruns a preempted job (a checkpoint records its command
+    line, and an automatic resume takes only its own program's: trainer/run_identity.py)."""
+    return {OPTIONS: shlex.join(args)}
 
 
 def run_slurm_tasks(
@@ -79,6 +89,7 @@ def run_slurm_tasks(
         "SLURM_NODELIST": "localhost",
         "MASTER_ADDR": "127.0.0.1",
         **env,
+        **test_options(args),
     }
     tasks_env = [{**common, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)} for rank in range(tasks)]
     if can_fork():
@@ -88,13 +99,11 @@ def run_slurm_tasks(
         # at once: each waits for the others' rendezvous.
         with ThreadPoolExecutor(tasks) as pool:
             return list(
-                pool.map(
-                    lambda env: run_forked(Path(RUN), [str(root), *args], env=env, timeout=timeout, cwd=root), tasks_env
-                )
+                pool.map(lambda env: run_forked(Path(RUN), [str(root)], env=env, timeout=timeout, cwd=root), tasks_env)
             )
     processes = [
         subprocess.Popen(
-            [sys.executable, RUN, str(root), *args],
+            [sys.executable, RUN, str(root)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -18,6 +18,7 @@ import argparse
 import faulthandler
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -31,6 +32,8 @@ import trainmesh as tm  # noqa: E402
 from helpers.models import DropoutNet, random_classification  # noqa: E402
 from trainmesh.callbacks.model_checkpoint import ModelCheckpoint  # noqa: E402
 from trainmesh.supervision import stop_agreement  # noqa: E402
+
+OPTIONS = "PREEMPTION_RUN_OPTIONS"  # the test's options, in the environment (preemption_helpers.test_options)
 
 CHECKPOINT_EVERY = 8  # steps: the periodic last.ckpt a restart resumes from
 
@@ -139,7 +142,8 @@ def main() -> None:
         default=None,
         help="seconds of training between the ranks' stop-request exchanges (0: every step)",
     )
-    args = parser.parse_args()
+    # the test's options come in the environment (preemption_helpers.test_options): every run has one command line
+    args = parser.parse_args([*sys.argv[1:], *shlex.split(os.environ.get(OPTIONS, ""))])
     if args.exchange_every is not None:
         # The library's default (a quarter second) lets these few-millisecond steps run on for up
         # to 200 steps before the ranks agree to stop: the signal tests keep it to a few steps.

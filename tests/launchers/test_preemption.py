@@ -23,6 +23,7 @@ import pytest
 import torch
 from preemption_helpers import (
     MAX_STEPS,
+    RUN,
     checkpoint_step,
     launcher_variables,
     run_script,
@@ -33,6 +34,7 @@ from preemption_helpers import (
 
 import trainmesh as tm
 from helpers.processes import run_code_forked
+from helpers.restarts import as_restart_of
 from helpers.said import said
 from trainmesh.launchers.environments import find_free_port
 
@@ -168,7 +170,7 @@ def one_process_fit(root: Path) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp_path, caplog):
+def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp_path, caplog, monkeypatch):
     at = random.randint(3, 40)
     stopped = run_script(
         tmp_path, "--devices", "1", "--signal", "SIGTERM", "--at", str(at), "--to", "self", forked=True
@@ -180,7 +182,9 @@ def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp
     assert checkpoint_step(tmp_path / "last-preempted.ckpt") == at, context
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    resumed = one_process_fit(tmp_path)  # the same script run again: fit(ckpt_path=None)
+    # the same script run again, here: fit(ckpt_path=None) with the stopped run's command line
+    as_restart_of(monkeypatch, tmp_path / "last-preempted.ckpt", argv=[RUN, str(tmp_path)])
+    resumed = one_process_fit(tmp_path)
     assert f"the previous run was preempted: resuming from {tmp_path / 'last-preempted.ckpt'}" in said(caplog)
     assert same_weights(resumed, one_process_fit(tmp_path / "never_stopped")), context
     assert not (tmp_path / "last-preempted.ckpt").exists()

@@ -45,7 +45,12 @@ def _classes(framework):
     return Data, Model
 
 
-_TRAINMESH_KEYS = {"format", "trainmesh_version", "weights_only"}  # documented: lightning.md's checkpoint keys
+_TRAINMESH_KEYS = {
+    "format",
+    "trainmesh_version",
+    "trainmesh_run",
+    "weights_only",
+}  # documented: lightning.md's checkpoint keys
 
 
 def test_a_weights_only_checkpoint_holds_the_data_module_s_hyperparameters_as_lightning_s(tmp_path):

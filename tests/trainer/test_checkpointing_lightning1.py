@@ -42,7 +42,7 @@ def test_a_1x_weights_only_checkpoint_has_1_9_5_s_keys():
     from helpers.lightning1_owner_records import RECORDED as OWNER_ITEMS
     from helpers.lightning1_owner_records import under_trainmesh
 
-    own_keys = {"format", "trainmesh_version", "weights_only"}
+    own_keys = {"format", "trainmesh_version", "trainmesh_run", "weights_only"}
     found = {
         name: [key for key in keys if key not in own_keys]
         for name, keys in under_trainmesh("weights_only_keys").items()

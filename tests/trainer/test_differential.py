@@ -30,6 +30,7 @@ IGNORED_KEYS = (
     "rng",
     "train_results",
     "trainmesh_version",
+    "trainmesh_run",
 )
 ALL_STAGES = ("fit", "validate", "test", "predict")
 

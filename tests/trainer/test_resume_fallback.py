@@ -13,6 +13,7 @@ import trainmesh as tm
 from helpers.batches import Batches
 from helpers.damage import flip_largest_tensor_bytes
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
+from helpers.restarts import as_restart_of
 from trainmesh.callbacks import ModelCheckpoint
 from trainmesh.checkpoint import DamagedCheckpoint
 
@@ -62,6 +63,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(how, two_epo
     damaged, previous = (newest_damaged / "ckpts" / name for name in ("epoch=1-step=24.ckpt", "epoch=0-step=12.ckpt"))
     if how == "restart":
         monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+        as_restart_of(monkeypatch, previous)
     announce = "ckpt_path='last'" if how != "restart" else "trainmesh: restart 1 of the elastic agent"
     with pytest.warns(
         UserWarning,

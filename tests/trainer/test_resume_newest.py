@@ -8,6 +8,7 @@ import pytest
 
 import trainmesh as tm
 from helpers.models import DropoutNet, loaders, quiet_trainer
+from helpers.restarts import as_restart_of
 from helpers.said import said
 from trainmesh.callbacks import ModelCheckpoint
 from trainmesh.trainer import own_saves
@@ -87,6 +88,7 @@ def test_restart_resumes_from_the_newest_complete_file_and_says_so(
     folder = _copy(two_epochs, tmp_path, keep={"epoch=0-step=12.ckpt": "epoch=0-step=12.ckpt"})
     (folder / "ckpts" / "epoch=1-step=24.ckpt").write_bytes(b"torn")
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    as_restart_of(monkeypatch, folder / "ckpts" / "epoch=0-step=12.ckpt")
     with pytest.warns(UserWarning, match=r"skipped .*epoch=1-step=24\.ckpt"):
         trainer, first = _fit(folder, 2, save_last=True, ckpt_path="last" if named_last else None, exact=not named_last)
     assert first == 12 and trainer.global_step == 24
@@ -120,7 +122,7 @@ def test_restart_resumes_from_the_default_callbacks_file(tmp_path, caplog, monke
     fit(1)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["epoch=0-step=12.ckpt"]
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    monkeypatch.setattr(own_saves, "_WRITTEN", set())  # the restarted attempt is a new process
+    as_restart_of(monkeypatch, tmp_path / "checkpoints" / "epoch=0-step=12.ckpt")  # a new process
     trainer, first = fit(2)
     assert first == 12 and trainer.global_step == 24
     chosen = tmp_path / "checkpoints" / "epoch=0-step=12.ckpt"

@@ -17,7 +17,7 @@ from helpers.differential import Program, differences, make_trainer, module_clas
 pytest.importorskip("lightning.pytorch")
 
 IGNORED_KEYS = ("loops", "pytorch-lightning_version", "epoch_metrics", "format", "hyper_parameters", "loop")
-IGNORED_KEYS += ("per_rank", "precision", "rng", "train_results", "trainmesh_version")
+IGNORED_KEYS += ("per_rank", "precision", "rng", "train_results", "trainmesh_version", "trainmesh_run")
 
 CASES = {
     # the first batch and one mid-epoch, each epoch

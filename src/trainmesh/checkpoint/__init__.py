@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and the im
     from trainmesh.checkpoint.paths import (
         CheckpointPlaces,
         LastCheckpoints,
+        checkpoint_entries,
         remove_interrupted_saves,
         resolve_checkpoint,
     )
@@ -37,6 +38,7 @@ _LAZY = {
     "UnreadableCheckpoint": "formats",
     "atomic_save": "io",
     "check_state_dict_fits": "compat",
+    "checkpoint_entries": "paths",
     "check_weights_only": "weights_only",
     "content_problem": "formats",
     "load_checkpoint_file": "io",
@@ -64,6 +66,7 @@ __all__ = [
     "atomic_save",
     "check_state_dict_fits",
     "check_weights_only",
+    "checkpoint_entries",
     "content_problem",
     "load_checkpoint_file",
     "remove_checkpoint",

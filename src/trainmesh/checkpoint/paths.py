@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ class CheckpointPlaces:
     announce_as: str = "ckpt_path='last'"  # what the line naming the checkpoint found starts with
     # absolute paths "last" never names: a restart's own process's saves (another fit's: trainer/own_saves.py)
     excluded: frozenset[str] = frozenset()
+    # an automatic resume's owner check: why a checkpoint's contents belong to another run, or None
+    foreign: Callable[[dict[str, Any]], str | None] | None = None
 
 
 def resolve_checkpoint(
@@ -88,13 +90,20 @@ class LastCheckpoints:
     def __init__(self, places: CheckpointPlaces, *, allow_fresh_start: bool) -> None:
         self._places, self._allow_fresh_start = places, allow_fresh_start
         self._skipped: list[str] = []
+        self._left_alone: list[str] = []  # other runs' checkpoints, with why (places.foreign)
         known = places.last_known
         self._scan = scan_checkpoints(places.folders)
         if places.excluded:
             found = {path: at for path, at in self._scan.found.items() if os.path.abspath(path) not in places.excluded}
             self._scan = dataclasses.replace(self._scan, found=found)
             known = "" if known and os.path.abspath(known) in places.excluded else known
-        self._candidates = _last_candidates(self._scan, known if known and os.path.exists(known) else "", self._skipped)
+        self._candidates = _last_candidates(
+            self._scan,
+            known if known and os.path.exists(known) else "",
+            self._skipped,
+            places.foreign,
+            self._left_alone,
+        )
 
     def first(self) -> str | None:
         """The newest complete checkpoint, named in one line; None (fit only) when there is none."""
@@ -131,11 +140,21 @@ class LastCheckpoints:
         return None
 
     def _announce(self, candidate: Candidate) -> None:
+        self._say_left_alone()
         if self._places.announces:
             verb = "resuming from" if self._allow_fresh_start else "loading"
             log.info(f"{self._places.announce_as}: {verb} {candidate.path} ({candidate.describe()})")
 
+    def _say_left_alone(self) -> None:
+        if self._places.announces and self._left_alone:
+            log.info(
+                f"{self._places.announce_as}: left alone {len(self._left_alone)} checkpoint(s) of other runs: "
+                f"{'; '.join(self._left_alone)}. Pass fit(ckpt_path=PATH) to resume one of them"
+            )
+            self._left_alone.clear()
+
     def _none_found(self) -> None:
+        self._say_left_alone()
         skipped, places = self._skipped, self._places
         where = " or ".join(self._scan.searched)
         if not self._allow_fresh_start:
@@ -244,13 +263,20 @@ class Candidate:
         return f"epoch {self.epoch}, global step {self.global_step}{kind}"
 
 
-def _last_candidates(scan: Scan, known: str, skipped: list[str]) -> Iterator[Candidate]:
+def _last_candidates(
+    scan: Scan,
+    known: str,
+    skipped: list[str],
+    foreign: Callable[[dict[str, Any]], str | None] | None = None,
+    left_alone: list[str] | None = None,
+) -> Iterator[Candidate]:
     """The complete checkpoints "last" may name, best first, whatever their names (a kill during
     the first last.ckpt write leaves a complete top-k file; one during a later one, a top-k file
     newer than last.ckpt). The folder of the most recently completed checkpoint (this run's)
     comes first, then the others; within a folder, the furthest training position recorded in
     the file (global step, then epoch; the completion time breaks ties), full checkpoints before
-    weights-only ones. What is not a complete checkpoint is skipped, its reason added to ``skipped``.
+    weights-only ones. What is not a complete checkpoint is skipped, its reason added to ``skipped``;
+    what ``foreign`` says belongs to another run is left alone, its reason added to ``left_alone``.
     """
     found = dict(scan.found)
     if known:
@@ -262,17 +288,24 @@ def _last_candidates(scan: Scan, known: str, skipped: list[str]) -> Iterator[Can
     for paths in folders.values():
         complete: list[Candidate] = []
         for path in paths:
-            position = _training_position(path, found[path])
-            if isinstance(position, str):
+            position = _training_position(path, found[path], foreign)
+            if isinstance(position, _OtherRun):
+                (left_alone if left_alone is not None else skipped).append(position.why)
+            elif isinstance(position, str):
                 skipped.append(position)
             else:
                 complete.append(position)
         yield from sorted(complete, key=lambda c: (c.resumable, c.global_step, c.epoch, c.completed_at), reverse=True)
 
 
-def _training_position(path: str, completed_at: float) -> Candidate | str:
-    """The position ``path`` records, or why it is not a complete trainmesh checkpoint. Reads the
-    index and the small entries only: the tensors are memory-mapped, not read."""
+@dataclasses.dataclass(frozen=True)
+class _OtherRun:
+    why: str  # names the checkpoint
+
+
+def checkpoint_entries(path: str) -> dict[str, Any] | str:
+    """The entries of the checkpoint at ``path`` (tensors memory-mapped, not read), or why it is
+    not a complete trainmesh checkpoint. Reads the index and the small entries only."""
     problem = checkpoint_problem(path)
     if problem is not None:
         return problem
@@ -283,6 +316,19 @@ def _training_position(path: str, completed_at: float) -> Candidate | str:
         return f"{path} is not a readable trainmesh checkpoint ({type(exc).__name__}: {str(exc)[:200]})"
     if not isinstance(saved, dict):
         return f"{path} does not hold a checkpoint dict (found {type(saved).__name__})"
+    return saved
+
+
+def _training_position(
+    path: str, completed_at: float, foreign: Callable[[dict[str, Any]], str | None] | None = None
+) -> Candidate | _OtherRun | str:
+    """The position ``path`` records, or why it is not a complete trainmesh checkpoint, or (with
+    ``foreign``) why it belongs to another run."""
+    saved = checkpoint_entries(path)
+    if isinstance(saved, str):
+        return saved
+    if foreign is not None and (why := foreign(saved)) is not None:
+        return _OtherRun(f"{path}: {why}")
     # One without a position (another framework's, say) comes after those with one; loading it
     # then says what it is (formats.content_problem).
     step, epoch = saved.get("global_step"), saved.get("epoch")

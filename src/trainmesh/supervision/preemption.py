@@ -133,14 +133,15 @@ class SignalStop:
             print(f"trainmesh: stopped by {name}: {report}", file=sys.stderr, flush=True)
         raise Preempted(report, checkpoint=path, step=step, signal_name=name)
 
-    def finish_fit(self, *, step: int, epoch: int) -> None:
+    def finish_fit(self, *, step: int, epoch: int, owned: Callable[[str], bool] | None = None) -> None:
         """After the loop: a signal that came after the last step still saves and exits; a fit
-        that ends normally retires the preemption checkpoint it may have resumed from."""
+        that ends normally retires the preemption checkpoint it may have resumed from (where
+        ``owned`` says it is this program's: another program's next run resumes from its own)."""
         agreed = self._agreement.settle(self._received) if self._agreement is not None else self._received
         if agreed:
             self.save_and_exit(step=step, epoch=epoch)
         path = os.path.join(self._folder, PREEMPTION_CHECKPOINT)
-        if self._process.is_global_zero and os.path.exists(path):
+        if self._process.is_global_zero and os.path.exists(path) and (owned is None or owned(path)):
             # Kept, the next run of the script would resume from it instead of starting afresh.
             remove_checkpoint(path)  # a distributed one is a folder: never seen half-deleted
             log.info(f"trainmesh: training finished; removed {path}, the preempted run's checkpoint")

@@ -98,9 +98,10 @@ class Supervision:
         """Save the training state as it is after this step, report, and raise ``Preempted``."""
         self._signals.save_and_exit(step=step, epoch=epoch)
 
-    def finish_fit(self, *, step: int, epoch: int) -> None:
-        """After the loop: a late signal still saves and exits; else the preemption checkpoint goes."""
-        self._signals.finish_fit(step=step, epoch=epoch)
+    def finish_fit(self, *, step: int, epoch: int, owned: Callable[[str], bool] | None = None) -> None:
+        """After the loop: a late signal still saves and exits; else the preemption checkpoint goes
+        (where ``owned`` says it is this program's)."""
+        self._signals.finish_fit(step=step, epoch=epoch, owned=owned)
 
     def restart_reason(self, folder: str) -> str | None:
         """Why this process resumes (this process's answer; the caller agrees across ranks), or None."""

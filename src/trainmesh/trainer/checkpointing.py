@@ -28,6 +28,7 @@ from trainmesh.trainer.hooks import warn_returned_callback_state
 from trainmesh.trainer.lightning_resume import loop_entry_of, resumable_lightning_checkpoint
 from trainmesh.trainer.loader_states import train_loader_states
 from trainmesh.trainer.loop_progress import saved_step_counts
+from trainmesh.trainer.run_identity import RUN_KEY, this_run
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.collections import apply_to_tensors
 from trainmesh.utilities.exceptions import MisconfigurationException
@@ -96,6 +97,7 @@ def build_checkpoint(
     checkpoint |= {
         "trainmesh_version": __version__,
         "format": CHECKPOINT_FORMAT,
+        RUN_KEY: this_run(module),  # which run wrote it: an automatic resume takes only its own (run_identity.py)
         "loop": loop_entry,
         # Epoch accumulators summed over ranks: resumed, rank 0 carries them and the others start at 0.
         "train_results": saved_results(state, runtime),
@@ -153,6 +155,7 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         **_datamodule_entries(state.datamodule),
         "trainmesh_version": version,
         "format": CHECKPOINT_FORMAT,
+        RUN_KEY: this_run(module),
         "weights_only": True,
     }
     if hasattr(module, "on_save_checkpoint"):

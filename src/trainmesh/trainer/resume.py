@@ -22,10 +22,10 @@ import dataclasses
 import functools
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints, check_weights_only
-from trainmesh.trainer import own_saves
+from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints, check_weights_only, checkpoint_entries
+from trainmesh.trainer import own_saves, run_identity
 from trainmesh.trainer.checkpoint_paths import checkpoint_places, resolve_ckpt_path
 from trainmesh.trainer.last_checkpoint import fit_last_checkpoint
 from trainmesh.trainer_view import TrainerView
@@ -63,11 +63,15 @@ def read_fit_checkpoint(
     ``supervision/preemption.py``). A resume the program names without exact_resume: "last" is
     Lightning's, the newest ``last`` file of this fit's checkpoint folders (``trainer/last_checkpoint.py``)."""
     if ckpt_path is None:
-        reason = _restart_reason(trainer, runtime)
-        if reason is None:
+        restart = _restart(trainer, runtime)
+        if restart is None:
             return None, None
+        reason, foreign = restart
         places = dataclasses.replace(
-            checkpoint_places(trainer), announce_as=f"trainmesh: {reason}", excluded=own_saves.written_here()
+            checkpoint_places(trainer),
+            announce_as=f"trainmesh: {reason}",
+            excluded=own_saves.written_here(),
+            foreign=foreign,
         )
         source, checkpoint = _read_last(places, runtime, read, allow_fresh_start=True)
         if source is None and trainer.is_global_zero:  # the line naming a checkpoint found came from LastCheckpoints
@@ -80,11 +84,12 @@ def read_fit_checkpoint(
     # a restart, a requeue or the run after a preemption keeps trainmesh's search for a named "last" too: its new
     # logger version folder holds no last.ckpt, so Lightning's rule would start the restarted run over
     lightning_last = str(ckpt_path) == "last" and getattr(trainer, "_named_resume", False)
-    if lightning_last and _restart_reason(trainer, runtime) is None:
+    restart = _restart(trainer, runtime) if lightning_last else None
+    if lightning_last and restart is None:
         chosen = _agreed(runtime, functools.partial(fit_last_checkpoint, trainer) if runtime.is_global_zero else None)
         return (None, None) if chosen is None else (chosen, read(chosen))
-    if lightning_last:  # after a restart: what the earlier attempt left, not this process's own saves
-        places = dataclasses.replace(checkpoint_places(trainer), excluded=own_saves.written_here())
+    if restart is not None:  # after a restart: what the earlier attempt left, not this process's own saves
+        places = dataclasses.replace(checkpoint_places(trainer), excluded=own_saves.written_here(), foreign=restart[1])
         return _read_last(places, runtime, read, allow_fresh_start=True)
     if str(ckpt_path) == "last":
         return _read_last(checkpoint_places(trainer), runtime, read, allow_fresh_start=True)
@@ -93,11 +98,57 @@ def read_fit_checkpoint(
     return source, read(source)
 
 
-def _restart_reason(trainer: TrainerView, runtime: Runtime) -> str | None:
-    """Why this run restarts (an elastic restart, a requeue, the run after a preemption), or None; any
-    process's reason counts: an elastic agent counts only its own node's restarts."""
+Foreign = Callable[[dict[str, Any]], "str | None"]  # why a checkpoint belongs to another run, or None
+
+
+def _restart(trainer: TrainerView, runtime: Runtime) -> tuple[str, Foreign] | None:
+    """Why this run restarts (an elastic restart, a requeue, the run after a preemption) and which
+    checkpoints are its own (``run_identity.py``), or None; any process's reason counts: an elastic
+    agent counts only its own node's restarts. A preemption checkpoint another program left is no
+    reason: this fit starts afresh and leaves it to that program."""
     reason = runtime.supervision.restart_reason(trainer.default_root_dir)
-    return next((r for r in runtime.all_gather_object(reason) if r), None)
+    mine = (reason, run_identity.launch_restart_key()) if reason else None
+    found = next((r for r in runtime.all_gather_object(mine) if r), None)
+    if found is None:
+        return None
+    reason, key = found
+    current = run_identity.this_run(trainer.lightning_module)
+    marker = _agreed(runtime, functools.partial(_marker_run, trainer, current) if runtime.is_global_zero else None)
+    runs = [] if marker is None else [marker]  # a launcher restart of a run that resumed a preemption resumes it too
+    if key is not None:
+        runs.insert(0, {key: current[key]})
+    elif marker is None:
+        return None  # the marker is another program's
+    return reason, run_identity.owner_check(current, runs)
+
+
+def _marker_run(trainer: TrainerView, current: run_identity.Run) -> dict[str, str | None] | None:
+    """The launcher ids of the preempted run whose checkpoint marks default_root_dir, where that is
+    this program's; None without one, or (said) where another program left it."""
+    from trainmesh.supervision import PREEMPTION_CHECKPOINT
+
+    path = os.path.join(str(trainer.default_root_dir), PREEMPTION_CHECKPOINT)
+    if not os.path.exists(path):
+        return None
+    saved = checkpoint_entries(path)
+    if isinstance(saved, str):  # damaged: the choice skips it with a warning; its run cannot be read
+        return {}
+    why = run_identity.other_program(saved, current)
+    if why is None:
+        return run_identity.launch_ids(saved[run_identity.RUN_KEY])
+    log.info(f"trainmesh: {path} is not this program's preemption checkpoint ({why}): left for its own program")
+    return None
+
+
+def owned_by(module: Any) -> Callable[[str], bool]:
+    """Whether the preemption checkpoint at a path is this program's, to retire when its fit ends
+    (another program's stays: its next run resumes from it); an unreadable one is retired."""
+
+    def owned(path: str) -> bool:
+        saved = checkpoint_entries(path)
+        return isinstance(saved, str) or run_identity.other_program(saved, run_identity.this_run(module)) is None
+
+    return owned
 
 
 _DEFERRED = "trainmesh_read_after_configure_optimizers"
@@ -241,10 +292,13 @@ def _read_everywhere(runtime: Runtime, read: Read, source: str) -> dict[str, Any
     return checkpoint
 
 
-def _agreed(runtime: Runtime, choose: Callable[[], str | None] | None) -> str | None:
+_T = TypeVar("_T")
+
+
+def _agreed(runtime: Runtime, choose: Callable[[], _T | None] | None) -> _T | None:
     """Global rank 0's answer (``choose`` is None on the others), on every process; an error rank 0
     met while choosing is raised on every process (the others would otherwise wait for an answer)."""
-    answer: tuple[str | None, Exception | None] = (None, None)
+    answer: tuple[_T | None, Exception | None] = (None, None)
     if choose is not None:
         try:
             answer = (choose(), None)
@@ -253,7 +307,7 @@ def _agreed(runtime: Runtime, choose: Callable[[], str | None] | None) -> str | 
     path, error = runtime.broadcast(answer, src=0)
     if error is not None:
         raise answer[1] if answer[1] is not None else error
-    return cast("str | None", path)
+    return cast("_T | None", path)
 
 
 def _short(message: str) -> str:

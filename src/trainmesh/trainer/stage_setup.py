@@ -14,6 +14,7 @@ import torch
 
 from trainmesh.loggers.csv_logger import CSVLogger
 from trainmesh.module import Module
+from trainmesh.trainer import run_identity
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
 from trainmesh.trainer.construction import configure_run_optimizers, merge_model_callbacks
 from trainmesh.trainer.data_source import DataSource
@@ -55,6 +56,7 @@ def prepare_stage(
         # manual optimization (a pipeline) says why, before placing the model fails otherwise.
         check_manual_settings(runtime.strategy_name, runtime.capabilities, trainer._settings, model)
     state.module = model
+    run_identity.stage_started(stage)  # which fit of this process its checkpoints record (before any resume)
     if data.datamodule is not None:  # a run without one keeps the last (Lightning's trainer.datamodule)
         state.datamodule = data.datamodule
     state.log_collector = LogCollector(runtime.all_reduce)

@@ -38,7 +38,13 @@ from trainmesh.trainer.prediction_loop import PredictLoop
 from trainmesh.trainer.profiling import build_profiler
 from trainmesh.trainer.results import LogCollector
 from trainmesh.trainer.results_table import print_results
-from trainmesh.trainer.resume import StageCheckpoints, read_fit_checkpoint, restore_early, say_restoring
+from trainmesh.trainer.resume import (
+    StageCheckpoints,
+    owned_by,
+    read_fit_checkpoint,
+    restore_early,
+    say_restoring,
+)
 from trainmesh.trainer.search_trials import TunerExit
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
 from trainmesh.trainer.stage_end import HOOK_RAISED, finish_stage, on_spawned_exception, on_stage_failure
@@ -353,7 +359,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                     with saves.in_background(model=state.model, optimizers=state.optimizers):
                         fit_loop.run_fit(loop, checkpoint, source or "")
                     result = None
-                    supervision.finish_fit(step=self.global_step, epoch=self.current_epoch)
+                    supervision.finish_fit(
+                        step=self.global_step, epoch=self.current_epoch, owned=owned_by(state.module)
+                    )
             elif stage == "predict":
                 checkpoints.load_weights_for_eval(ckpt_path)
                 result = evaluation.run_predict(loop, data)

@@ -1,0 +1,94 @@
+"""An automatic resume (an elastic restart, a SLURM requeue, the run after a preemption) takes only its own
+run's checkpoints (trainer/run_identity.py): programs that share one default_root_dir leave each other's alone."""
+
+import os
+import shutil
+
+import pytest
+import torch
+
+import trainmesh as tm
+from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
+from helpers.restarts import as_restart_of
+from helpers.said import said
+from trainmesh.supervision import PREEMPTION_CHECKPOINT
+
+
+class OtherNet(DropoutNet):
+    """Another model of the same shapes: another script's, trained later in the same folder."""
+
+
+class FirstStep(tm.Callback):
+    def __init__(self) -> None:
+        self.step: int | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.step = trainer.global_step
+
+
+def _fit(root, epochs, model_class=DropoutNet, *, logger=False, ckpt_path=None, **hparams):
+    tm.seed_everything(0)
+    first, model = FirstStep(), model_class(**hparams)
+    trainer = quiet_trainer(
+        max_epochs=epochs, default_root_dir=root, enable_checkpointing=True, logger=logger, callbacks=[first]
+    )
+    trainer.fit(model, loaders()[0], ckpt_path=ckpt_path)
+    return model, first.step, trainer
+
+
+def test_a_restart_resumes_its_own_checkpoint_not_another_program_s_newer_one(tmp_path, monkeypatch, caplog):
+    # Before: program A's elastic restart resumed program B's newer epoch=2-step=36.ckpt (same shapes), trained
+    # nothing and ended with B's weights; with other shapes the load failed. Now: A's own epoch=0-step=12.ckpt.
+    _fit(tmp_path, 1)
+    _fit(tmp_path, 3, OtherNet)
+    own, other = (tmp_path / "checkpoints" / name for name in ("epoch=0-step=12.ckpt", "epoch=2-step=36.ckpt"))
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    as_restart_of(monkeypatch, own)
+    resumed, first, _ = _fit(tmp_path, 2)
+    out = said(caplog)
+    assert first == 12, out
+    assert f"left alone 1 checkpoint(s) of other runs: {other}: written by another program" in out
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT")
+    never_stopped, _, _ = _fit(tmp_path / "never_stopped", 2)
+    assert torch.equal(flat_weights(resumed), flat_weights(never_stopped))
+    # a checkpoint the program names is never filtered
+    _, first, _ = _fit(tmp_path / "named", 4, ckpt_path=other)
+    assert first == 36
+
+
+def test_a_requeued_sweep_resumes_each_fit_from_its_own_version_folder(tmp_path, monkeypatch, caplog):
+    # Two runs of one script in one SLURM job, one after the other (same class, other hparams), each in its own
+    # version folder. Before: after the requeue the first resumed the second's newer checkpoint (lr 0.01's weights).
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setattr("trainmesh.trainer.run_identity._fits", 0)
+    _fit(tmp_path, 1, logger=tm.loggers.CSVLogger(tmp_path), lr=0.05)
+    _fit(tmp_path, 1, logger=tm.loggers.CSVLogger(tmp_path), lr=0.01)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    as_restart_of(monkeypatch, tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "epoch=0-step=12.ckpt")
+    first_run, first, _ = _fit(tmp_path, 2, logger=tm.loggers.CSVLogger(tmp_path), lr=0.05)
+    assert first == 12, said(caplog)
+    assert f"resuming from {tmp_path / 'lightning_logs' / 'version_0' / 'checkpoints'}" in said(caplog)
+    for name in ("SLURM_RESTART_COUNT", "SLURM_JOB_ID"):
+        monkeypatch.delenv(name)
+    never_stopped, _, _ = _fit(tmp_path / "never_stopped", 2, lr=0.05)
+    assert torch.equal(flat_weights(first_run), flat_weights(never_stopped))
+
+
+@pytest.mark.parametrize("written_by", ["another program", "older trainmesh"])
+def test_a_preemption_checkpoint_another_program_left_does_not_make_a_fresh_program_resume(
+    tmp_path, caplog, written_by
+):
+    # Before: program B, started afresh where program A's preemption left last-preempted.ckpt, resumed it (A's
+    # weights and step 12) and removed it at its end, so A's next run started over.
+    _fit(tmp_path / "a", 1)
+    marker = tmp_path / PREEMPTION_CHECKPOINT
+    shutil.copy(tmp_path / "a" / "checkpoints" / "epoch=0-step=12.ckpt", marker)
+    if written_by == "older trainmesh":  # a checkpoint without the record of its run
+        saved = torch.load(marker, weights_only=False)
+        del saved["trainmesh_run"]
+        torch.save(saved, marker)
+    model_class = OtherNet if written_by == "another program" else DropoutNet
+    _, first, _ = _fit(tmp_path, 1, model_class)
+    assert first == 0, said(caplog)
+    assert f"{marker} is not this program's preemption checkpoint" in said(caplog)
+    assert os.path.exists(marker)  # left for the program it belongs to
