@@ -241,6 +241,7 @@ COVERED_BY: dict[str, list[str]] = {
     "keras/probe_facts.py": ["keras/test_step_probe.py"],
     "keras/probe_accumulation.py": ["keras/test_step_probe.py", "keras/test_keras_random_draws.py"],
     "keras/probe_data.py": ["keras/test_step_probe.py"],
+    "keras/probe_callback.py": ["keras/test_step_probe.py", "keras/test_hand_updates.py"],
     "keras/probe_expected_draws.py": ["keras/test_step_probe.py"],
     "keras/draws.py": ["keras/test_keras_random_draws.py", "keras/test_keras_zero1.py"],
     "keras/added_losses.py": ["keras/test_keras_random_draws.py"],

@@ -15,14 +15,14 @@ from trainmesh.keras.backend import require_keras
 PROBED_SAMPLES = 16  # enough samples that a pair-coupling metric scores some pair
 
 
-def probe_batch(x: Any, y: Any) -> tuple[Any, Any] | None:
+def probe_batch(x: Any, y: Any, samples: int = PROBED_SAMPLES) -> tuple[Any, Any] | None:
     """The inputs and targets of the first samples of the training data; None: data not probed."""
     keras = require_keras()
     from trainmesh.keras.batches import is_batches, is_py_dataset
 
     if is_batches(x):
         try:
-            batch = x[0] if is_py_dataset(x) else x.collate_fn([x.dataset[i] for i in range(PROBED_SAMPLES)])
+            batch = x[0] if is_py_dataset(x) else x.collate_fn([x.dataset[i] for i in range(samples)])
         except Exception:  # noqa: BLE001 -- data the probe cannot index (an iterable dataset): not probed
             return None
         if not isinstance(batch, (tuple, list)) or len(batch) < 2:
@@ -31,28 +31,30 @@ def probe_batch(x: Any, y: Any) -> tuple[Any, Any] | None:
     leaves = keras.tree.flatten((x, y)) if x is not None and y is not None else []
     if not leaves or not all(hasattr(leaf, "shape") and len(leaf.shape) and len(leaf) >= 2 for leaf in leaves):
         return None
-    take = keras.tree.map_structure(lambda leaf: np.asarray(leaf[:PROBED_SAMPLES]), (x, y))
+    take = keras.tree.map_structure(lambda leaf: np.asarray(leaf[:samples]), (x, y))
     return take[0], take[1]
 
 
-def _first_samples(x: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any] | None:
+def _first_samples(x: Any, y: Any, sample_weight: Any, samples: int) -> tuple[Any, Any, Any] | None:
     """The first ``PROBED_SAMPLES`` samples of the training data (arrays, a PyDataset's or a map-style
     DataLoader's first samples; ``y`` may be None with arrays, as keras-io's GAN fits); None: not probed."""
     keras = require_keras()
     from trainmesh.keras.batches import is_batches
 
-    if is_batches(x) and (inputs := _inputs_only(x)) is not None:  # keras-io's siamese triplets, an autoencoder's
+    if (
+        is_batches(x) and (inputs := _inputs_only(x, samples)) is not None
+    ):  # keras-io's siamese triplets, an autoencoder's
         x, y = inputs, None
     elif is_batches(x) or y is not None:
-        batch = probe_batch(x, y)
+        batch = probe_batch(x, y, samples)
         return None if batch is None else (*batch, None if is_batches(x) else sample_weight)
     leaves = keras.tree.flatten(x) if x is not None else []
     if not leaves or not all(hasattr(leaf, "shape") and len(leaf.shape) and len(leaf) >= 2 for leaf in leaves):
         return None
-    return keras.tree.map_structure(lambda leaf: np.asarray(leaf[:PROBED_SAMPLES]), x), None, sample_weight
+    return keras.tree.map_structure(lambda leaf: np.asarray(leaf[:samples]), x), None, sample_weight
 
 
-def _inputs_only(data: Any) -> Any:
+def _inputs_only(data: Any, samples: int) -> Any:
     """The inputs of the first batch of a PyDataset or a DataLoader yielding inputs alone (``x`` or ``(x,)``, as
     Keras reads a batch: no targets), else None. Before, such data was not probed: a triplet loss summed over
     the batch (keras-io's siamese network: TF's tape differentiates the sum) trained at 2 processes with half
@@ -60,7 +62,7 @@ def _inputs_only(data: Any) -> Any:
     from trainmesh.keras.batches import is_py_dataset
 
     try:
-        batch = data[0] if is_py_dataset(data) else data.collate_fn([data.dataset[i] for i in range(PROBED_SAMPLES)])
+        batch = data[0] if is_py_dataset(data) else data.collate_fn([data.dataset[i] for i in range(samples)])
     except Exception:  # noqa: BLE001 -- data the probe cannot index (an iterable dataset): not probed
         return None
     if isinstance(batch, tuple) and len(batch) == 1:
@@ -68,12 +70,12 @@ def _inputs_only(data: Any) -> Any:
     return None if isinstance(batch, (tuple, list, dict)) else batch
 
 
-def first_batch(x: Any, y: Any, sample_weight: Any, class_weight: Any) -> Any:
-    """The first samples (an even count, 4 at least) as Keras' fit hands a batch of them to ``train_step``."""
+def first_batch(x: Any, y: Any, sample_weight: Any, class_weight: Any, samples: int = PROBED_SAMPLES) -> Any:
+    """The first ``samples`` samples (an even count, 4 at least) as Keras' fit hands a batch of them to ``train_step``."""
     from keras.src.trainers.data_adapters import get_data_adapter
 
     keras = require_keras()
-    found = _first_samples(x, y, sample_weight)
+    found = _first_samples(x, y, sample_weight, samples)
     if found is None:
         return None
     inputs, targets, weights = found

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from trainmesh.keras import masked_counts
+from trainmesh.keras import masked_counts, probe_sizes
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.batch_metrics import by_hand
 from trainmesh.keras.probe_restorer import Restorer, global_seed_state
@@ -103,7 +103,10 @@ def refuse_test_step(model: Any, data: Any, limit: float) -> None:
             if index:  # a loss Keras reduces over a mask: the whole batch's count, as the run divides by the global
                 counts.replay(half if index == 1 else count - half, count)
             with torch.no_grad(), masked_counts.counted_alike(counts):
-                type(model).test_step(model, part)
+                try:
+                    type(model).test_step(model, part)
+                except Exception as error:  # noqa: BLE001 -- the model cannot take these rows: said (probe_sizes.py)
+                    raise probe_sizes.StepFailed(len(keras.tree.flatten(part)[0]), error, "test_step") from error
             if index == 0 and _drew(model, restorer):
                 return
             runs.append(states(metrics))

@@ -39,8 +39,8 @@ fit goes on as Keras' own would. Costs three calls of the step on ``PROBED_SAMPL
 differ), once per ``fit``.
 
 Not probed (said in docs/how-to/keras.md): data the probe cannot index (probe_data.probe_batch) or of fewer than 4
-samples, a model Keras' build leaves layers of unbuilt, a step the probe cannot call (its error comes in the run) or
-whose halves apply other optimizers than the whole batch, a batch-shaped ``shuffle`` draw. A step whose halves draw
+samples, a model Keras' build leaves layers of unbuilt, a step whose halves apply other optimizers than the whole
+batch (a step failing on the probe's samples or a half of them: probe_sizes.py), a batch-shaped ``shuffle`` draw. A step whose halves draw
 on other rows than the whole batch (one cutting its batch itself) is compared again with Keras' draws at their
 expected values (probe_expected_draws.py); torch's own draws and BatchNormalization's moments are still taped then.
 """
@@ -60,6 +60,7 @@ from trainmesh.keras import (
     probe_accumulation,
     probe_expected_draws,
     probe_facts,
+    probe_sizes,
     probe_torch_draws,
     probe_trackers,
     tensor_draws,
@@ -71,7 +72,6 @@ from trainmesh.keras.batch_metrics import by_hand
 from trainmesh.keras.optimizers import keras_classes_with_apply
 from trainmesh.keras.own_forward import forward_of_its_own, own
 from trainmesh.keras.own_forward import own_override as _own_override
-from trainmesh.keras.probe_data import PROBED_SAMPLES
 from trainmesh.keras.probe_data import first_batch as _first_batch
 from trainmesh.keras.probe_reasons import relation, step_reason
 from trainmesh.keras.probe_restorer import Restorer
@@ -252,7 +252,12 @@ def _gradients(
     backward.step_begins(model)
     try:
         with _applying_nothing(record), probe_facts.watching(model, facts):
-            type(model).train_step(model, data)  # the class's: not what fit's wrappers put on the model
+            try:
+                type(model).train_step(model, data)  # the class's: not what fit's wrappers put on the model
+            except NotProbed:
+                raise
+            except Exception as error:  # noqa: BLE001 -- the model cannot take these rows (or a probe's bug): said
+                raise probe_sizes.StepFailed(probe_sizes.rows_of(data), error) from error
     finally:
         backward.remove()
     return passes or given
@@ -385,58 +390,33 @@ def _compared(model: Any, data: Any, limit: float, *, expected: bool) -> tuple[f
         tape.replay(0, count, count)  # the program's own torch.Generators as they were
 
 
-def probing_callback(runtime: Any, x: Any, y: Any, fit_kwargs: dict[str, Any]) -> Any:
-    """The Keras callback (put it first) that probes the step when training begins, once Keras' ``fit``
-    has built the model, its compiled loss and metrics and the optimizer, and before any other
-    callback (sync.py's restores a preempted run's state after it) and any training step. ``x``,
-    ``y``: the training data before it is split over the processes."""
-    keras = require_keras()
-    weights = (fit_kwargs.get("sample_weight"), fit_kwargs.get("class_weight"))
-
-    class StepProbe(keras.callbacks.Callback):  # type: ignore[name-defined]
-        begun: Any = None
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            refuse_non_mean_step(runtime, self.model, x, y, *weights)
-            self.begun = hand_updates.values(self.model) if runtime.world_size > 1 and needs_probe(self.model) else None
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:  # the first: a variable updated from later on
-            begun, self.begun = self.begun, None
-            if begun is not None and runtime.broadcast(hand_updates.moved_by_hand(self.model, begun), 0):
-                refuse_non_mean_step(runtime, self.model, x, y, *weights)
-
-    return StepProbe()
-
-
-def refuse_non_mean_step(  # noqa: PLR0913 -- the run, and the data as fit takes it
-    runtime: Any, model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any
-) -> None:
-    """In each process: every process probes (the step's effects outside Keras' variables, a counter of
-    the program's own, happen alike on every process), and every process raises rank 0's reason."""
-    world = runtime.world_size
-    if world == 1 or not (needs_probe(model) or _own_override(model, "test_step")):
-        return
-    reason = runtime.broadcast(refusal(model, x, y, sample_weight, class_weight, world), 0)
-    if reason:
-        raise ValueError(reason)
-
-
 def tolerance(model: Any) -> float:
     policy = getattr(model, "dtype_policy", None)
     low = getattr(policy, "compute_dtype", "float32") in ("float16", "bfloat16")
     return LOW_PRECISION_TOLERANCE if low else TOLERANCE
 
 
-def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, world: int) -> str | None:
+def refusal(  # noqa: PLR0913 -- the data as fit takes it, the run's size
+    model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, world: int, batch_size: int | None = None
+) -> str | None:
     """Why the model's step cannot run under ``world`` processes (its reason), or None: a mean loss, or
-    not probed (see the module's doc)."""
+    not probed (see the module's doc). A step failing on the probe's samples or their halves is probed
+    again at twice ``batch_size`` (each process's), and refused where it fails at another size than that
+    (probe_sizes.py)."""
     own_test = _own_override(model, "test_step")  # its trackers compared too (probe_trackers.refuse_test_step)
     if world == 1 or not (needs_probe(model) or own_test) or not all(layer.built for layer in model._flatten_layers()):
         return None
+    fit_data = (x, y, sample_weight, class_weight)
+    return probe_sizes.at_run_sizes(lambda samples: _probed(model, fit_data, world, samples), model, world, batch_size)
+
+
+def _probed(model: Any, fit_data: tuple[Any, Any, Any, Any], world: int, samples: int) -> str | None:
+    own_test = _own_override(model, "test_step")
     try:
-        data = _first_batch(x, y, sample_weight, class_weight)
+        data = _first_batch(*fit_data, samples=samples)
         if data is None:
             return None
+        samples = probe_sizes.rows_of(data)
         difference, noise, found = step_difference(model, data, tolerance(model)) if needs_probe(model) else (0, 0, "")
         if own_test and difference <= tolerance(model):
             probe_trackers.refuse_test_step(model, data, tolerance(model))
@@ -449,12 +429,8 @@ def refusal(model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, w
     except probe_accumulation.AccumulatedDraws as drawn:
         return probe_accumulation.reason(drawn.args[0], world)
     except probe_trackers.TrackerDiffers as differs:
-        return probe_trackers.reason(differs, world, PROBED_SAMPLES)
-    except Exception:  # noqa: BLE001 -- a step the probe cannot call: the run meets its error itself
-        return None
+        return probe_trackers.reason(differs, world, samples)
     limit = tolerance(model)
     if difference <= limit or (noise > limit / NOISE_FACTOR and difference <= NOISE_FACTOR * noise):
         return None
-    return step_reason(
-        model, difference, noise, world, samples=PROBED_SAMPLES, found=found, own_losses=_own_losses(model)
-    )
+    return step_reason(model, difference, noise, world, samples=samples, found=found, own_losses=_own_losses(model))

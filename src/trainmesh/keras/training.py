@@ -44,10 +44,10 @@ from trainmesh.keras.draws import StepRows
 from trainmesh.keras.global_draws import predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
 from trainmesh.keras.printing import printing_on_rank_0
+from trainmesh.keras.probe_callback import probing_callback
 from trainmesh.keras.spawn_arguments import refuse_unpicklable_arguments
 from trainmesh.keras.stateful_layers import refuse_stateful_across_calls
 from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
-from trainmesh.keras.step_probe import probing_callback
 from trainmesh.keras.sync import SyncState, installed, sync_callback
 from trainmesh.keras.travel import Travelling
 from trainmesh.keras.worker_errors import launch_raising_as_itself
