@@ -44,6 +44,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     log_collector.start_stage()  # what the hooks log, published once they have run
     log_collector.set_batch("on_train_epoch_end", None)
     hooks.call_callbacks("on_train_epoch_end", monitoring=False)
+    ctx.publisher.callbacks_logs(0)
     hooks.call_module("on_train_epoch_end")
     logged = [train_results, log_collector.results]
     # At the epoch's last logged step, as Lightning's (its _batches_that_stepped less one)

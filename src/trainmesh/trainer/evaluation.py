@@ -17,6 +17,7 @@ from trainmesh.trainer.evaluation_epoch import (
     loader_suffix,
     publish_epoch,
     reduce_and_show,
+    show_finished_loaders,
     shows_loaders,
     step_counter,
 )
@@ -89,8 +90,15 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
     after it, as Lightning's; what was there before (a resumed fit's) is back then.
     """
     state = ctx.state
-    before = (state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics)
+    before = (
+        state.epoch_metrics,
+        state.logged_metrics,
+        state.prog_bar_names,
+        state.wide_metrics,
+        state.eval_bar_metrics,
+    )
     state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics = {}, {}, set(), set()
+    state.eval_bar_metrics = {}
     state.sanity_checking = True
     hooks = ctx.hooks
     try:
@@ -103,7 +111,8 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
         state.progress.fit_validation.clear()  # as Lightning, which counts the fit's validation from here
     finally:
         state.sanity_checking = False
-        state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics = before
+        state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics = before[:4]
+        state.eval_bar_metrics = before[4]
         state.written_metrics, state.computed_metrics = {}, {}  # Lightning's reset_metrics after the check
 
 
@@ -327,7 +336,10 @@ def _run_loop(
             state.log_collector.set_batch(outputs_hook, None)
             hooks.call_module(outputs_hook, kept[0] if len(kept) == 1 else kept)
         state.log_collector.set_batch(_EPOCH_END_HOOK[stage], None)
-        hooks.call(_EPOCH_END_HOOK[stage])
+        logged_before = len(state.log_collector.results.entries)
+        hooks.call_callbacks(_EPOCH_END_HOOK[stage])
+        ctx.publisher.callbacks_logs(logged_before)
+        hooks.call_module(_EPOCH_END_HOOK[stage])
         logged += [*results, state.log_collector.results]
         shown = shows_loaders(stage, results)
         published = publish_epoch(ctx, reduced, state.log_collector.epoch_metrics(), logged_before_batches, shown=shown)
@@ -347,7 +359,8 @@ def _run_batches(
 ) -> None:
     """Each of ``fetcher``'s batches through the stage's step and batch hooks, taken to the device
     as the loop takes it (with its own loader's batch-transfer hooks); then the last batch's step
-    ``owed`` times more, alone (evaluation_shares.steps_owed)."""
+    ``owed`` times more, alone (evaluation_shares.steps_owed). As the batches move on to another
+    loader, the finished loaders' epoch values are shown (``show_finished_loaders``)."""
     state, log_collector, hooks, runtime = ctx.state, ctx.state.log_collector, ctx.hooks, ctx.runtime
     step_hook, batch_start, batch_end = _STEP_HOOK[stage], _BATCH_START_HOOK[stage], _BATCH_END_HOOK[stage]
     calls_batch_start = hooks.overridden(batch_start)
@@ -363,8 +376,12 @@ def _run_batches(
     # trainer.validate_loop's / test_loop's / the fit's val_loop's batch_progress, advanced as Lightning's
     progress = state.progress.evaluation(stage, fitting=state.stage == "fit") or Progress()
     last_loader, last_batch = len(loaders) - 1, per_loader.limits[-1] - 1
+    current_loader = 0
     for batch, batch_idx, loader_idx in fetcher:
         per_loader.reach(loader_idx)
+        if loader_idx != current_loader:
+            current_loader = loader_idx
+            show_finished_loaders(ctx, stage, per_loader.results)
         transfer = transfers[loader_idx]
         if transfer is not None:
             batch = transfer(batch)

@@ -46,6 +46,27 @@ def _show_opening(ctx: LoopContext, opening: StageResults) -> None:
         ctx.publisher.epoch_metrics(ctx.state.log_collector.epoch_metrics(), to_logger=False)
 
 
+def show_finished_loaders(ctx: LoopContext, stage: str, finished: list[StageResults]) -> None:
+    """The batches moved on to another loader: each ``finished`` loader's epoch values, under its
+    "/dataloader_idx_N" names, into callback_metrics, logged_metrics and the bar (not the loggers), as
+    Lightning's loop stores a loader's outputs there (``update_eval_epoch_metrics``, which reads only that
+    loader's: not the start hooks'; nothing while sanity checking). A later loader's batch hooks read the
+    earlier loaders' values of this epoch. Under several processes, a loader whose values reduce across
+    them (``sync_dist``, a torchmetrics object) is shown at the epoch's end only: ranks may move on at
+    different batches, and a collective here would meet another rank's step."""
+    if stage in ("sanity_check", "predict"):
+        return
+    log_collector = ctx.state.log_collector
+    current, several = log_collector.results, log_collector.world_size > 1
+    for loader_idx, results in enumerate(finished):
+        entries = results.entries.values()
+        if entries and not (several and any(e.sync_dist or e.metric is not None for e in entries)):
+            log_collector.start_stage(results)
+            metrics = log_collector.epoch_metrics()
+            ctx.publisher.epoch_metrics(metrics, suffix=f"/dataloader_idx_{loader_idx}", to_logger=False)
+    log_collector.start_stage(current)
+
+
 def shows_loaders(stage: str, per_loader: list[Any]) -> bool:
     """Whether each loader's values reach callback_metrics: a sanity check over several loaders shows
     none of them (Lightning's epoch-end view skips per-loader values, and its

@@ -140,6 +140,15 @@ class Publisher:
             self.log(logger_row(metrics, suffix), step=step)
         return published
 
+    def callbacks_logs(self, logged_before: int) -> None:
+        """What the callbacks' epoch-end hooks logged (beyond the ``logged_before`` entries the results
+        held), into callback_metrics, logged_metrics and the bar (not the loggers) before the module's
+        hook runs: Lightning's views compute its result collection when read, so the module's
+        ``on_*_epoch_end`` sees them. Nothing to do (no reduction, no collective) where they logged nothing."""
+        log_collector = self.state.log_collector
+        if len(log_collector.results.entries) > logged_before:
+            self.epoch_metrics(log_collector.epoch_metrics(), to_logger=False)
+
     def step_metrics(self) -> None:
         """Send the step values to the loggers (the fit loop calls it where Lightning logs a step)."""
         state = self.state
@@ -168,10 +177,10 @@ class Publisher:
             if entry.prog_bar:
                 bar[key] = value
         state.logged_metrics.update({name: step_tensor(value) for name, value in logged.items()})
+        if bar:  # the sanity check's too, as Lightning's bar shows them while it runs
+            state.eval_bar_metrics.update(read_floats(bar))
         if counter is None:
             return
-        if bar:
-            state.eval_bar_metrics.update(read_floats(bar))
         counts = state.eval_step_counts.setdefault(counter, {})
         step = counts.get(loader_idx, 0)
         counts[loader_idx] = step + 1
