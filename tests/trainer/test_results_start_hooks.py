@@ -251,9 +251,9 @@ def test_an_epoch_start_hook_refuses_values_per_step_as_lightning_does(tmp_path,
     assert words[1] == words[0]
 
 
-def _same_name_at_start_and_step(framework: str, root: str) -> list[Any]:
-    """A name an epoch-start hook and the steps both log (one loader): what validate() and test() return,
-    callback_metrics after them and the loggers' rows."""
+def _same_name_at_start_and_step(framework: str, root: str, per_step: bool = False) -> list[Any]:
+    """A name an epoch-start hook and the steps both log (one loader; validation's steps per step too
+    where ``per_step``): what validate() and test() return, callback_metrics after them and the loggers' rows."""
     if framework == "lightning":
         import lightning.pytorch as pl
         from lightning.pytorch.loggers import Logger
@@ -283,7 +283,7 @@ def _same_name_at_start_and_step(framework: str, root: str) -> list[Any]:
             self.log("val", 200.0, prog_bar=True)
 
         def validation_step(self, batch, batch_idx):
-            self.log("val", self.layer(batch).sum())
+            self.log("val", self.layer(batch).sum(), on_step=per_step)
 
         def test_step(self, batch, batch_idx):
             self.log("val", self.layer(batch).sum(), prog_bar=True)
@@ -303,10 +303,14 @@ def _same_name_at_start_and_step(framework: str, root: str) -> list[Any]:
     return seen
 
 
-def test_a_name_logged_at_epoch_start_and_in_the_steps_reads_the_steps_value_as_in_lightning(tmp_path):
+@pytest.mark.parametrize("per_step", [False, True])
+def test_a_name_logged_at_epoch_start_and_in_the_steps_reads_the_steps_value_as_in_lightning(tmp_path, per_step):
     """Lightning keeps both log calls of the name and its later one (the steps') is the epoch's value: in the
-    results, callback_metrics, progress bar and the loggers' row. Before, trainmesh gave the start hook's (100.0)."""
-    lightning = _same_name_at_start_and_step("lightning", str(tmp_path / "l"))
-    validated = next(item[1][0] for item in lightning if item[0] == "results")
-    assert dict(validated)["val"] != 100.0
-    assert _same_name_at_start_and_step("trainmesh", str(tmp_path / "t")) == lightning
+    results, callback_metrics, progress bar and the loggers' row; logged per step too, the start hook's value
+    stays in the results and the row as 'val' (the steps' as 'val_epoch') and callback_metrics['val'] is the
+    steps'. Before, trainmesh gave the start hook's (100.0), per step too in callback_metrics."""
+    lightning = _same_name_at_start_and_step("lightning", str(tmp_path / "l"), per_step)
+    at = next(i for i, item in enumerate(lightning) if item[0] == "results")
+    assert (dict(lightning[at][1][0])["val"] == 100.0) == per_step
+    assert dict(lightning[at + 1])["val"] != 100.0  # callback_metrics after validate()
+    assert _same_name_at_start_and_step("trainmesh", str(tmp_path / "t"), per_step) == lightning

@@ -65,7 +65,7 @@ def step_epoch_schedulers(state: LoopState, hooks: HookDispatcher, *, cut_short:
     overrides it (manual optimization: the module steps them itself). As Lightning's, those stepped
     with a metric (``plateau``) step after on_train_epoch_end, which may log it; the others at the
     epoch's last batch, before its on_train_batch_end and validation (the fit loop)."""
-    custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
+    custom = hooks.module_hook("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
     for config in state.lr_scheduler_configs if state.manual_backward is None else []:
         if config.reduce_on_plateau != plateau or cut_short:
             continue
@@ -84,7 +84,7 @@ def end_epoch_at_batch_start(state: LoopState, hooks: HookDispatcher, batch_idx:
     state.progress.train_batches.processed()
     if state.manual_backward is not None:  # manual optimization: the module steps its schedulers
         return
-    custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
+    custom = hooks.module_hook("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
     for config in state.lr_scheduler_configs:
         if not config.reduce_on_plateau and config.interval == "step" and (batch_idx + 1) % config.frequency == 0:
             step_scheduler(config, callback_metrics(state), custom, counted=state.progress.schedulers)
@@ -95,7 +95,7 @@ def step_due_plateau_schedulers(state: LoopState, hooks: HookDispatcher) -> None
     """The step-interval schedulers stepped with a metric that the last batch made due, as Lightning's
     ``update_lr_schedulers("step", update_plateau_schedulers=True)``: after the batch's
     on_train_batch_end and its validation, so that they watch what those logged."""
-    custom = hooks.module_method("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
+    custom = hooks.module_hook("lr_scheduler_step") if hooks.module_overrides("lr_scheduler_step") else None
     due, state.loop.plateau_due = state.loop.plateau_due, []
     for config in due:
         step_scheduler(config, callback_metrics(state), custom, counted=state.progress.schedulers)

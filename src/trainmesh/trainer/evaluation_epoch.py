@@ -111,6 +111,9 @@ def publish_epoch(
     # first log calls (the start hooks' names first); with several, each loader's names, then the hooks'
     first = {name: value for name, value in late.items() if len(reduced) == 1 and id(value[1]) in before_batches}
     leading = ctx.publisher.epoch_metrics(first, to_logger=False)
+    if shown and first:  # the steps' forked value of such a name is later in Lightning's collection: it
+        # keeps callback_metrics[name] (the start hook's stays in the results and the row, as `name`)
+        ctx.publisher.epoch_metrics({k: v for k, v in reduced[0].items() if k in first}, to_logger=False)
     shared = ctx.publisher.epoch_metrics({k: v for k, v in late.items() if k not in first}, to_logger=False)
     row.update(logger_row(late))
     ctx.publisher.log(row)  # one row for all loaders, as Lightning's

@@ -85,6 +85,24 @@ class HookDispatcher:
         """The module's ``hook`` as ``method`` gives it (its own or the base class's default)."""
         return self.method(self._module, hook)
 
+    def module_hook(self, hook: str) -> Callable[..., Any]:
+        """The module's ``hook`` as ``module_method`` gives it, run as that hook (the log collector's
+        ``fx``): what it logs is checked as Lightning's fx validator checks that hook's."""
+        method = self.module_method(hook)
+
+        def run(*args: Any) -> Any:
+            collector = getattr(self._module, "_log_collector", None)
+            outer = None if collector is None else collector.fx
+            if collector is not None:
+                collector.fx = hook
+            try:
+                return method(*args)
+            finally:
+                if collector is not None:
+                    collector.fx = outer
+
+        return run
+
     def step_caller(self, hook: str) -> Callable[..., Any] | None:
         """How the strategy calls the module's step hook (``StepHooks.call``); None: with every argument."""
         caller: Callable[..., Any] | None = self._callers.get((id(self._module), hook))

@@ -86,7 +86,10 @@ class OptimizerSteps:
         self.optimizer_step_hook = _module_hook(ctx, "optimizer_step")
         self.zero_grad_hook = _module_hook(ctx, "optimizer_zero_grad")
         self.clip_hook = _module_hook(ctx, "configure_gradient_clipping")
-        self.scheduler_step_hook = _module_hook(ctx, "lr_scheduler_step")
+        # run as its own hook, where self.log raises as Lightning's fx validator makes it
+        self.scheduler_step_hook = (
+            ctx.hooks.module_hook("lr_scheduler_step") if hasattr(ctx.state.module, "lr_scheduler_step") else None
+        )
         self._hooked: dict[int, HookedOptimizer] = {}  # what optimizer_step receives, by optimizer
 
     # ---- training a batch ---------------------------------------------------------------------------
