@@ -75,7 +75,9 @@ class Lightning1Model(Model):
     def validation_step(self, batch, batch_idx):
         index, x, y = batch
         self.seen_val.append((self.current_epoch, index.tolist()))
-        return F.mse_loss(self.layer(x), y)
+        loss = F.mse_loss(self.layer(x), y)
+        self.log("val_loss", loss)  # not synced: each rank's own value, in its own checkpoint name
+        return loss
 
     def training_epoch_end(self, outputs):
         pass
@@ -158,11 +160,17 @@ def run(out: Path, case: str, data: str, **settings) -> None:
         saves = pl.callbacks.ModelCheckpoint(out / "steps", filename="{step}", every_n_train_steps=2, save_top_k=-1)
         fit(data, callbacks=[saves])
         model, trainer = fit(data, ckpt_path=out / "steps" / "step=2.ckpt")
+    elif case in LIGHTNING1:
+        # Each rank names its best file from its own val_loss (the file written is rank 0's)
+        best = pl.callbacks.ModelCheckpoint(out / case, filename="{epoch}-{val_loss:.4f}", monitor="val_loss")
+        model, trainer = fit(data, lightning1=True, callbacks=[best], **settings)
     else:
-        model, trainer = fit(data, lightning1=case in LIGHTNING1, **settings)
+        model, trainer = fit(data, **settings)
     # Whole tensors (a DTensor under fsdp: full_tensor is a collective, which every rank runs)
     weights = {k: getattr(v, "full_tensor", v.detach)().clone() for k, v in model.layer.state_dict().items()}
     record = dict(seen=model.seen, weights=weights, seen_val=getattr(model, "seen_val", None), lr=model.lr)
+    if case in LIGHTNING1:
+        record["best"] = Path(trainer.checkpoint_callback.best_model_path).name
     torch.save(record, out / f"{case}-rank{trainer.global_rank}.pt")
 
 

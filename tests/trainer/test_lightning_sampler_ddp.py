@@ -109,9 +109,13 @@ def test_a_lightning1_module_reads_1_9_5_s_samples(records, case, rank):
     the shuffled validation loader (sanity check included), each step, and the weights: 1.9.5's.
     ``lightning1_unused_head`` adds a head the loss never reads: 1.9.5's ``strategy="ddp"`` sets
     ``find_unused_parameters=True`` where the program gives none, and trains; with 2.x's default (False)
-    trainmesh stopped at the second step with DDP's unused-parameter error."""
+    trainmesh stopped at the second step with DDP's unused-parameter error.
+    Each rank's ModelCheckpoint names its best file from its own unsynced ``val_loss``, as 1.9.5's (and
+    2.6's) ranks do: trainmesh gave every rank rank 0's name, so rank 1's ``best_model_path`` read
+    ``val_loss=0.2264`` where 1.9.5's reads ``val_loss=1.0112``."""
     theirs = json.loads(RECORDED_1_9.read_text())[case][str(rank)]
     ours = _load(records, "trainmesh", case, rank)
     assert [[epoch, seen] for epoch, seen in ours["seen"]] == theirs["seen"]
     assert [[epoch, seen] for epoch, seen in ours["seen_val"]] == theirs["seen_val"]
+    assert ours["best"] == theirs["best"]
     assert _same_weights(ours["weights"], {k: torch.tensor(v) for k, v in theirs["weights"].items()})

@@ -1,12 +1,13 @@
 """Save checkpoints during fit: on a step or epoch cadence, keeping the best k by a metric.
 
-Every decision here (whether to save, which name, which file drops out of the top k) is made
+Every decision here (whether to save, which file drops out of the top k) is made
 from values that are identical on every rank: ``callback_metrics`` after the epoch-end
-reduction, the step and epoch counters, a file name broadcast from rank 0, and whether a value
+reduction, the step and epoch counters, rank 0's answer to whether a file exists, and whether a value
 enters a full top k, decided by every rank together (a metric logged without ``sync_dist``
 differs by rank: each rank keeps its own scores, as in Lightning). That matters
 because ``trainer.save_checkpoint`` is collective: a rank that skipped a save another rank made
-would hang the run.
+would hang the run. Each rank names the file from its own metrics (its ``best_model_path`` is
+its own name, as Lightning's); the file written is the one rank 0 names.
 """
 
 from __future__ import annotations
@@ -313,11 +314,17 @@ class ModelCheckpoint(Checkpoint):
         path = self.format_checkpoint_name(metrics, filename)
         version = self.STARTING_VERSION
         # enable_version_counter=False: the user asked for the name as it is, overwriting.
-        while self.enable_version_counter and os.path.exists(path) and path != replaceable:
+        while self.enable_version_counter and self._taken(trainer, path, replaceable):
             path = self.format_checkpoint_name(metrics, filename, ver=version)
             version += 1
-        # File systems need not agree across nodes; every rank must save under one name.
-        return trainer.runtime.broadcast(path, src=0)
+        # Each rank's own name, from its own metrics (one logged without sync_dist differs by
+        # rank), as Lightning's ranks name theirs: rank 1's best_model_path is rank 1's.
+        return path
+
+    def _taken(self, trainer: TrainerView, path: str, replaceable: str | None) -> bool:
+        # Rank 0's answer on every rank (Lightning's file_exists broadcasts it): file systems need
+        # not agree across nodes, and every rank must count the same versions.
+        return bool(trainer.runtime.broadcast(os.path.exists(path) and path != replaceable, src=0))
 
     # ---- saving -------------------------------------------------------------------------------
     def _skip(self, trainer: TrainerView) -> bool:
@@ -346,7 +353,9 @@ class ModelCheckpoint(Checkpoint):
     def _write(self, trainer: TrainerView, path: str) -> None:
         self._owned.add(path)
         self._written_at_step, self._last_checkpoint_saved = trainer.global_step, path
-        self._save_checkpoint(trainer, path)
+        # The file rank 0 names (the ranks' names differ when their metrics do): every rank takes
+        # part in the save, under one path.
+        self._save_checkpoint(trainer, trainer.runtime.broadcast(path, src=0))
 
     def _save_checkpoint(self, trainer: TrainerView, filepath: str) -> None:  # Lightning's name
         # Collective: every rank calls it with the same path.
