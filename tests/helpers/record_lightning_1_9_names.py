@@ -2,11 +2,13 @@
 
 1.9.5 and Lightning 2.6 cannot share one environment, so this runs in a venv of its own:
 
-    python -m venv /tmp/pl19 && /tmp/pl19/bin/pip install torch==2.13.0 pytorch-lightning==1.9.5 \\
-        "setuptools<70" "numpy<2"
+    python -m venv /tmp/pl19 && /tmp/pl19/bin/pip install torch==2.13.0 "numpy<2" \\
+        && /tmp/pl19/bin/pip install pytorch-lightning==1.9.5 && /tmp/pl19/bin/pip install --no-deps "setuptools<70"
+
     /tmp/pl19/bin/python tests/helpers/record_lightning_1_9_names.py
 
-and rewrites `tests/helpers/lightning_1_9_names.json`, which `lightning_inventory.py` reads.
+and rewrites `tests/helpers/lightning_1_9_names.json`, which `lightning_inventory.py` reads. (Three pip steps:
+one command holding the setuptools pin no longer resolves against torch 2.13.0's CPU wheel.)
 """
 
 import json
