@@ -1,11 +1,13 @@
 """The program of test_keras_preemption (trainmesh's ddp re-runs the script it is in, once per process).
 
-python keras_preemption_run.py ROOT stop AT  -> a 2-process fit; after global batch AT rank 0 sends SIGTERM
-                                                to trainmesh's agent (as SLURM or Kubernetes would), which
-                                                forwards it: the run saves and exits 75
-python keras_preemption_run.py ROOT resume   -> the same fit again (it resumes by itself), then the same fit
+STOP_AT=AT python keras_preemption_run.py ROOT -> a 2-process fit; after global batch AT rank 0 sends
+                                                SIGTERM to trainmesh's agent (as SLURM or Kubernetes would),
+                                                which forwards it: the run saves and exits 75
+python keras_preemption_run.py ROOT         -> the same fit again (it resumes by itself), then the same fit
                                                 in a fresh folder, never stopped; every rank writes
                                                 ROOT/resumed.rank{R} and ROOT/reference.rank{R}
+The same command line both times (the stop point in the environment): a resume takes only the state its
+own program saved, and another command line is another program (trainer/run_identity.py).
 
 Each worker runs in a folder of its own, ROOT/cwd.rank{R}: rank 0's alone may get the saved state, and the
 other ranks resume from it without seeing it. The fit has what makes an exact resume hard: shuffle=True,
@@ -121,7 +123,7 @@ def stopper(at: int):
     return keras.callbacks.LambdaCallback(on_train_batch_end=on_batch_end)
 
 
-def main(root: str, mode: str, *args: str) -> None:
+def main(root: str) -> None:
     from trainmesh.supervision import stop_agreement
 
     stop_agreement.EXCHANGE_EVERY_SECONDS = 0  # the ranks exchange stop requests after every batch
@@ -129,8 +131,8 @@ def main(root: str, mode: str, *args: str) -> None:
     if rank is not None:  # a worker: in its own folder
         os.makedirs(os.path.join(root, f"cwd.rank{rank}"), exist_ok=True)
         os.chdir(os.path.join(root, f"cwd.rank{rank}"))
-    if mode == "stop":
-        fit([stopper(int(args[0]))])
+    if os.environ.get("STOP_AT"):
+        fit([stopper(int(os.environ["STOP_AT"]))])
         raise AssertionError("the fit was not stopped")
     resumed = fit([])
     torch.save(resumed, os.path.join(root, f"resumed.rank{rank}"))

@@ -40,27 +40,27 @@ PREEMPTED = 75
 BATCHES_PER_EPOCH = 8  # keras_preemption_run.py: 128 training samples, 2 processes, batch 8
 
 
-def launch(root: Path, *args: str):
-    """``python keras_preemption_run.py ROOT ARGS``: the agent (trainmesh's, which gets the SIGTERM) a fork
+def launch(root: Path, stop_at: int | None = None):
+    """``[STOP_AT=AT] python keras_preemption_run.py ROOT``: the agent (trainmesh's, which gets the SIGTERM) a fork
     of the fork server (torch and trainmesh imported: helpers/forked.py), its workers new interpreters
     started as under strategy="ddp"; where there is no fork server, the agent a new interpreter too."""
-    env = {"KERAS_BACKEND": "torch"}
+    env = {"KERAS_BACKEND": "torch", "STOP_AT": "" if stop_at is None else str(stop_at)}
     if can_fork():
         without = launcher_variables()
         environment = {k: v for k, v in os.environ.items() if k not in without}
         environment = {**environment, "OMP_NUM_THREADS": "1", **env}
-        return run_forked(SCRIPT, [str(root), *args], env=environment, timeout=300, cwd=root)
-    return run_program([str(SCRIPT), str(root), *args], timeout=300, env=env, without=launcher_variables(), cwd=root)
+        return run_forked(SCRIPT, [str(root)], env=environment, timeout=300, cwd=root)
+    return run_program([str(SCRIPT), str(root)], timeout=300, env=env, without=launcher_variables(), cwd=root)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("keras_preempted")
     at = random.randint(3, 12)
-    stopped = launch(root, "stop", str(at))
+    stopped = launch(root, at)
     saved = sorted(root.glob("**/last-preempted.ckpt"))
     state = pickle.loads(saved[0].read_bytes()) if len(saved) == 1 else None
-    return {"root": root, "at": at, "stopped": stopped, "saved": saved, "state": state, "rerun": launch(root, "resume")}
+    return {"root": root, "at": at, "stopped": stopped, "saved": saved, "state": state, "rerun": launch(root)}
 
 
 def explain(runs: dict) -> str:

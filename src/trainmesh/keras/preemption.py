@@ -19,7 +19,9 @@ draws from torch's generator too); its first batches, those already trained, are
 over without training (their batch callbacks run, with the saved metrics). The result is
 the uninterrupted run's weights and History, bit for bit on CPU. Callbacks' own state (an
 EarlyStopping's patience count) starts afresh, as with Keras' BackupAndRestore. A ``fit`` that
-ends normally removes the saved state, so that the next run of the script starts afresh.
+ends normally removes the saved state, so that the next run of the script starts afresh. The state
+records its run (``trainer/run_identity.py``): scripts sharing a working directory can name the same
+folder, and only the program that saved it resumes it or removes it; another's is left, said in one line.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from trainmesh.keras.arguments import assign_values, random_states, set_random_s
 from trainmesh.keras.data import num_samples
 from trainmesh.keras.optimizers import applied_optimizers, before_first_apply, own_overrides
 from trainmesh.runtime import Runtime
+from trainmesh.trainer import run_identity
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
 
 # trainmesh's notices go to stderr, through the logging module, as the Trainer's do
@@ -72,6 +75,9 @@ class KerasPreemption:
         }
         digest = hashlib.sha256(repr(self.fingerprint).encode()).hexdigest()[:12]
         self.folder = os.path.join(os.path.abspath(FOLDER), f"fit-{digest}")
+        # Which program saves here (run_identity, as the Trainer's checkpoints): scripts sharing a working
+        # directory can name the same folder (a sweep's differing in an argument), and each resumes its own.
+        self.run = run_identity.this_run(model, fit=call)
         self.epoch, self.batches = 0, 0  # the epoch running and its batches done
         self.epoch_random: dict[str, Any] | None = None  # this process's generators when the epoch began
         self.logs: list[dict[str, Any]] = []  # epoch logs, from the first epoch of the run on
@@ -88,8 +94,13 @@ class KerasPreemption:
         path = os.path.join(self.folder, STATE)
         found = None
         if self.runtime.global_rank == 0 and reason is not None and os.path.exists(path):
-            with open(path, "rb") as file:
-                found = pickle.load(file)
+            found = _load(path)
+            # The state is the preemption marker itself: the Trainer's rule (a marker another program
+            # left is no reason to resume, launcher restart or not) comes down to the program's match.
+            why = run_identity.other_program(found, self.run)
+            if why is not None:
+                log.info(f"trainmesh: {path} is not this program's preemption state ({why}): left for its own program")
+                found = None
         if self.runtime.global_rank == 0 and reason is not None:
             said = f"resuming from {path}" if found else "but there is no saved state: training starts afresh"
             log.info(f"trainmesh: {reason}: {said}")  # on stderr, as the Trainer's notices
@@ -188,6 +199,7 @@ class KerasPreemption:
             others = [o for o in applied_optimizers() if o is not optimizer]
             named = {name: o for name, o in vars(self.model).items() if any(o is other for other in others)}
             state = {
+                run_identity.RUN_KEY: self.run,
                 "fingerprint": self.fingerprint,
                 "epoch": self.epoch,
                 "batches": self.batches,
@@ -205,6 +217,11 @@ class KerasPreemption:
                 pickle.dump(state, file)
             os.replace(partial, path)  # whole or not at all
         self.runtime.barrier()
+
+    def owned(self, path: str) -> bool:
+        """Whether the state at ``path`` is this program's, to remove when its fit ends (another
+        program's stays: its next run resumes from it)."""
+        return run_identity.other_program(_load(path), self.run) is None
 
     def finished(self) -> None:
         """After a fit that ended (the supervision removed the state file): the empty folders go too."""
@@ -224,6 +241,11 @@ class KerasPreemption:
         for name in names:
             before = [logs[name] for logs in earlier if name in logs]
             history.history[name] = before + list(history.history.get(name, []))
+
+
+def _load(path: str) -> Any:
+    with open(path, "rb") as file:
+        return pickle.load(file)
 
 
 def _is_keras_optimizer(obj: Any) -> bool:

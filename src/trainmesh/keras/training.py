@@ -179,7 +179,9 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     with supervision.stop_signals(runtime.process, folder=preemption.folder, save=preemption.save):
         with installed(model, state), printing_on_rank_0(rank):
             history = model.fit(x, y, sample_weight=sample_weight, **kwargs)
-        supervision.finish_fit(step=int(model.optimizer.iterations.numpy()), epoch=preemption.epoch)
+        supervision.finish_fit(
+            step=int(model.optimizer.iterations.numpy()), epoch=preemption.epoch, owned=preemption.owned
+        )
     preemption.finished()
     preemption.complete_history(history)
     if runtime.process.reports_to_parent:  # a spawned worker: what the parent's model needs, as plain values

@@ -15,7 +15,8 @@ An elastic restart takes the checkpoints of the same elastic run id, a SLURM req
 job id, the run after a preemption those of the preempted run (the marker's own record); the program
 must match in every case. A checkpoint without a record (older trainmesh, Lightning) is never resumed
 automatically: which run wrote it cannot be known. Each checkpoint left alone is named in one line;
-``fit(ckpt_path=...)`` loads any file the program names.
+``fit(ckpt_path=...)`` loads any file the program names. trainmesh.keras's preemption state records
+and matches the same record (``keras/preemption.py``; its fit number is ``tk.fit``'s own count).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ def stage_started(stage: str) -> None:
     _fits += stage == "fit"
 
 
-def this_run(module: Any, environ: Mapping[str, str] | None = None) -> Run:
-    """The record of the run this process belongs to (what a checkpoint it writes stores)."""
+def this_run(module: Any, environ: Mapping[str, str] | None = None, *, fit: int | None = None) -> Run:
+    """The record of the run this process belongs to (what a checkpoint it writes stores); ``fit``:
+    which fit of the process it is, where not the Trainer's (trainmesh.keras counts its own)."""
     env = os.environ if environ is None else environ
     elastic = env.get("TORCHELASTIC_RUN_ID") or None
     script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
@@ -52,7 +54,7 @@ def this_run(module: Any, environ: Mapping[str, str] | None = None) -> Run:
         # the script's absolute path and its arguments (a sweep's runs differ in them)
         "command": [os.path.abspath(script) if script else script, *sys.argv[1:]],
         "module": kind.__qualname__,  # not its import path: a script's classes are __main__'s
-        "fit": _fits,
+        "fit": _fits if fit is None else fit,
     }
 
 
