@@ -100,7 +100,7 @@ def last_checkpoint_after_no_improvement(pl, *, lightning1_hook: bool) -> dict:
 
 def trainer_spelled_for_1x(pl, *, spelling: str) -> dict:
     """A module with no 1.x-only hook, run by a Trainer only 1.x can build (l1-progs16 p04's ``Trainer(gpus=0)``,
-    p06's ``Trainer.from_argparse_args``; spelling ``"2.x"``: neither): pytorch-lightning 1.9.5 is the owner,
+    p06's ``Trainer.from_argparse_args``, ``"plugin"``: 1.x's ``plugins=SingleDevicePlugin(...)``; spelling ``"2.x"``: neither): pytorch-lightning 1.9.5 is the owner,
     so its order of draws (the train iterator made after ``on_train_epoch_start``), its last.ckpt at every
     epoch end and its LearningRateMonitor (not in ``callback_metrics``). Checked by
     ``tests/trainer/lightning1/test_trainer_members_generation.py``."""
@@ -130,6 +130,10 @@ def trainer_spelled_for_1x(pl, *, spelling: str) -> dict:
             trainer = pl.Trainer(gpus=0, callbacks=callbacks, **options)
         elif spelling == "argparse":
             trainer = pl.Trainer.from_argparse_args(Namespace(**options), callbacks=callbacks)
+        elif spelling == "plugin":  # (pytorch-lightning <= 1.7's name: 1.8 removed it, so not recorded)
+            trainer = pl.Trainer(
+                plugins=pl.plugins.SingleDevicePlugin(torch.device("cpu")), callbacks=callbacks, **options
+            )
         else:
             trainer = pl.Trainer(accelerator="cpu", devices=1, callbacks=callbacks, **options)
         module = Regressor()
