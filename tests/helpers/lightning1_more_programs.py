@@ -154,7 +154,7 @@ def checkpoint_folder_after_tune(pl) -> dict:
     """``Trainer(auto_lr_find=True)`` with its default ModelCheckpoint and a logger, ``trainer.tune`` then
     ``fit`` (stanton119/data-analysis's probabilistic regression, l1-progs17): 1.9.5 sets the run's callbacks
     up with the run's logger, so the checkpoint lands in the logger's version folder. Checked by
-    ``tests/tuner/test_run_callbacks_setup.py``."""
+    ``tests/trainer/lightning1/test_tuner.py``."""
     import os
 
     torch.manual_seed(0)
