@@ -50,8 +50,8 @@ class Model(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-if __name__ == "__main__":
-    out = Path(sys.argv[2])
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(17)
     x = torch.randn(32, 4)
     y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
@@ -78,3 +78,7 @@ if __name__ == "__main__":
         torch.save(
             dict(callback=metrics, rows=rows, gathered=model.gathered, weights=model.state_dict()), out / "outcome.pt"
         )
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[2]))

@@ -62,6 +62,11 @@ def fit(**precision):
     }
 
 
-if __name__ == "__main__":
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
     runs = {"16-mixed": fit(precision="16-mixed"), "plugin": fit(plugins=[MixedPrecision("16-mixed", "cpu")])}
-    torch.save(runs, Path(sys.argv[2]) / f"rank{runs['plugin']['rank']}.pt")
+    torch.save(runs, out / f"rank{runs['plugin']['rank']}.pt")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[2]))

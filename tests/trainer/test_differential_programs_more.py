@@ -151,29 +151,14 @@ def test_program_same_outcome(tmp_path, program):
 
 
 @pytest.mark.slow
-def test_ddp_program_same_outcome(tmp_path):
-    """Two CPU processes under strategy="ddp" (tests/trainer/ddp_program_run.py): sync_dist logging,
-    all_gather, a value rank 0 logs alone with rank_zero_only=True (before: a TypeError)."""
-    import os
-    from pathlib import Path
-
-    from helpers.forked import can_fork, run_forked
-    from helpers.processes import run_program
-
-    script = Path(__file__).parent / "ddp_program_run.py"
-    found = {}
-    for name in ("lightning", "trainmesh"):
-        if can_fork():
-            # trainmesh: on 2 forks in one process group, which its Trainer finds started as
-            # torchrun's: 2 new interpreters fewer (the program is about what ddp computes, not how
-            # it starts). Lightning: its rank 0 a fork, whose ddp starts the second process itself
-            # (a new interpreter running the script), as its owners define it.
-            world = 2 if name == "trainmesh" else 1
-            done = run_forked(
-                script, [name, str(tmp_path / name)], env=dict(os.environ), timeout=600, cwd=tmp_path, world=world
-            )
-        else:
-            done = run_program([str(script), name, str(tmp_path / name)], timeout=600, cwd=tmp_path)
-        assert done.returncode == 0, done.stderr[-3000:]
-        found[name] = torch.load(tmp_path / name / "outcome.pt", weights_only=False)
+def test_ddp_program_same_outcome(lightning_ddp):
+    """Two CPU processes under strategy="ddp" (tests/trainer/ddp_program_run.py, in conftest.py's
+    ``lightning_ddp``: trainmesh's on 2 forks in one process group, which its Trainer finds started as
+    torchrun's; Lightning's rank 0 a fork, whose ddp starts the second process itself, as its owners
+    define it): sync_dist logging, all_gather, a value rank 0 logs alone with rank_zero_only=True
+    (before: a TypeError)."""
+    found = {
+        name: torch.load(lightning_ddp / name / "ddp_program_run" / "outcome.pt", weights_only=False)
+        for name in ("lightning", "trainmesh")
+    }
     assert differences(found["lightning"], found["trainmesh"]) == []

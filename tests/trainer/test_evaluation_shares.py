@@ -4,14 +4,14 @@ Lightning's Trainer gives every validation and test loader ``DistributedSampler(
 (rank r: samples r, r+2, ..., the last padded by repeating the first, so every rank runs as many
 batches and none is empty; a shuffling loader's order is the permutation of the fit's processed
 epochs, as Lightning sets the sampler's epoch) and every predict loader ``UnrepeatedDistributedSamplerWrapper`` (no
-padding: a rank may run a batch fewer). One launch per framework (tests/trainer/evaluation_shares_run.py)
-runs: ``trainer.test`` on 100 samples at batch 16 with a ``test_step`` that flattens its batch with
+padding: a rank may run a batch fewer). One launch per framework (tests/trainer/evaluation_shares_run.py,
+in the launch conftest.py's ``lightning_ddp`` shares among five files) runs: ``trainer.test`` on 100 samples at batch 16 with a ``test_step`` that flattens its batch with
 ``x.view(x.size(0), -1)`` (trainmesh used to deal the 7 batches out in turn and hand rank 1 an
 empty fourth batch, which crashed it), ``trainer.validate`` on 101 samples (Lightning repeats
 sample 0 on rank 1), with ``limit_val_batches=2``, a fit's sanity check and validation, and
 ``trainer.predict`` on 33 samples (rank 0: 2 batches, rank 1: 1). Each rank's samples at every
 step, the synced epoch metrics and Lightning's warning about the padding are Lightning's (slow:
-two launches). Below them, without processes: where each step is a collective (fsdp), the step
+the shared launches). Below them, without processes: where each step is a collective (fsdp), the step
 counts are evened out or refused (``steps_owed``).
 """
 
@@ -23,10 +23,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers.beside_lightning import run_beside_lightning
 from trainmesh.trainer.evaluation_shares import steps_owed
 
-SCRIPT = Path(__file__).resolve().parent / "evaluation_shares_run.py"
 CASES = [
     "test_100",
     "validate_101",
@@ -42,17 +40,14 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory):
-    pytest.importorskip("lightning.pytorch")
-    """Lightning's run (helpers/beside_lightning.py: its ddp starts the second process itself, as its
-    owners define it); trainmesh's on 2 forks in one process group (helpers/forked.py)."""
-    out = tmp_path_factory.mktemp("evaluation_shares")
-    run_beside_lightning(SCRIPT, out)
-    return out
+def records(lightning_ddp):
+    """Lightning's run and trainmesh's (conftest.py's ``lightning_ddp``: one launch a framework, shared
+    with four other files; Lightning's ddp starts the second process itself, as its owners define it)."""
+    return lightning_ddp
 
 
 def _load(out: Path, framework: str, case: str, rank: int) -> dict:
-    return torch.load(out / framework / f"{case}-rank{rank}.pt", weights_only=False)
+    return torch.load(out / framework / "evaluation_shares_run" / f"{case}-rank{rank}.pt", weights_only=False)
 
 
 @pytest.mark.slow

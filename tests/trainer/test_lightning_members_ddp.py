@@ -1,7 +1,7 @@
 """Lightning 2.6's Trainer members under ddp at 2 processes, against Lightning's own ddp run.
 
-One launch per framework (tests/helpers/trainer_members_ddp.py: Lightning's and trainmesh's
-``strategy="ddp"`` each start the script again as the second process) runs three cases, and each
+One launch per framework (tests/helpers/trainer_members_ddp.py, in conftest.py's shared ``lightning_ddp``
+launch: Lightning's ``strategy="ddp"`` starts the script again as the second process) runs three cases, and each
 rank's record is compared with the same rank's under Lightning:
 
 - ``use_distributed_sampler=False`` (each process reads the whole loader as the program made it),
@@ -24,67 +24,27 @@ rank's record is compared with the same rank's under Lightning:
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-from helpers.forked import can_fork, run_forked
-from trainmesh.launchers.environments import find_free_port
-
 pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.slow
-
-
-SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "trainer_members_ddp.py"
+PROGRAM = "trainer_members_ddp"  # helpers/trainer_members_ddp.py, in conftest.py's lightning_ddp launch
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory):
-    """Lightning's run starts as a fork of the fork server (its ddp starts the second process as a new
-    interpreter, as its owners define it); trainmesh's runs on 2 forks of the fork server in one process group
-    (helpers/forked.py), which its Trainer finds started, as torchrun's: 2 interpreters fewer, each
-    importing torch and trainmesh (this test is about what the Trainer reports, not process start)."""
-    out = tmp_path_factory.mktemp("members_ddp")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).resolve().parents[2] / "src"), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    env["MASTER_PORT"] = str(find_free_port())  # Lightning's own pick may be held by a launch beside it
-    if can_fork():  # rank 0 a fork (torch imported); Lightning's ddp starts rank 1 as a new interpreter
-        done = run_forked(SCRIPT, ["lightning", str(out)], env=env, timeout=600, cwd=out)
-    else:
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT), "lightning", str(out)],
-            cwd=out,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    if can_fork():
-        done = run_forked(SCRIPT, ["trainmesh", str(out)], env=env, timeout=600, cwd=out, world=2)
-    else:
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT), "trainmesh", str(out)],
-            cwd=out,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+def records(lightning_ddp):
+    """Lightning's run and trainmesh's (conftest.py's ``lightning_ddp``, one launch a framework shared
+    with four other files). Lightning's rank 0 is a fork of the fork server (its ddp starts the second
+    process as a new interpreter, as its owners define it); trainmesh's runs on 2 forks of the fork
+    server in one process group (helpers/forked.py), which its Trainer finds started, as torchrun's: 2
+    interpreters fewer, each importing torch and trainmesh (this test is about what the Trainer
+    reports, not process start)."""
+    return lightning_ddp
 
 
 def _load(out, framework, case, rank):
-    return torch.load(out / f"{framework}-{case}-rank{rank}.pt", weights_only=False)
+    return torch.load(out / framework / PROGRAM / f"{framework}-{case}-rank{rank}.pt", weights_only=False)
 
 
 def _weights_equal(ours, theirs):
@@ -171,6 +131,6 @@ def test_logger_calls_and_files_under_ddp_as_lightning(records):
         calls = ("log_metrics", "log_hyperparams", "log_graph", "save", "finalize")
         assert [e for e in ours if e[0] in calls] == [e for e in theirs if e[0] in calls]
         assert ("finalize", "success") in theirs and any(e[0] == "log_metrics" for e in theirs)
-    theirs = _logger_files(records / "lightning" / "fit_test_onecycle")
+    theirs = _logger_files(records / "lightning" / PROGRAM / "lightning" / "fit_test_onecycle")
     assert theirs["tb/version_0/events"] == 2 and "csv/version_0/metrics.csv" in theirs
-    assert _logger_files(records / "trainmesh" / "fit_test_onecycle") == theirs
+    assert _logger_files(records / "trainmesh" / PROGRAM / "trainmesh" / "fit_test_onecycle") == theirs

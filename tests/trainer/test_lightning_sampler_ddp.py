@@ -4,7 +4,7 @@ With its default ``use_distributed_sampler=True``, Lightning's Trainer gives eve
 ``DistributedSampler(shuffle=True, seed=PL_GLOBAL_SEED or 0)`` (``shuffle=False`` under
 ``overfit_batches``; a sampler of one's own through ``DistributedSamplerWrapper``, which permutes
 it alike) and calls ``set_epoch`` each epoch. One launch per framework
-(tests/trainer/sampler_ddp_run.py) runs 2 epochs of 32 samples at batch 4 for each case: a
+(tests/trainer/sampler_ddp_run.py, in conftest.py's shared ``lightning_ddp`` launch) runs 2 epochs of 32 samples at batch 4 for each case: a
 ``shuffle=False`` loader before any ``seed_everything`` and after ``seed_everything(17)``, a
 ``shuffle=True`` one, a sampler of one's own, ``overfit_batches=2``, a dict of two loaders (Lightning's
 ``CombinedLoader(mode="max_size_cycle")``, each loader sharded: 13 samples padded to 14), a fit
@@ -25,28 +25,23 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.beside_lightning import run_beside_lightning
-
 pytest.importorskip("lightning.pytorch")
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parent / "sampler_ddp_run.py"
 RECORDED_1_9 = Path(__file__).resolve().parents[1] / "helpers" / "lightning_1_9_sampler_ddp.json"
 CASES = ["unseeded_in_order", "in_order", "shuffled", "own_sampler", "overfit", "combined", "lr_find"]
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory):
-    """Lightning's run (helpers/beside_lightning.py: its ddp starts the second process itself, as its
-    owners define it); trainmesh's on 2 forks in one process group (helpers/forked.py). Neither
-    sees a PL_GLOBAL_SEED from outside: the first case's seed is the default, 0."""
-    out = tmp_path_factory.mktemp("sampler_ddp")
-    run_beside_lightning(SCRIPT, out)
-    return out
+def records(lightning_ddp):
+    """Lightning's run and trainmesh's (conftest.py's ``lightning_ddp``: one launch a framework, shared
+    with four other files; Lightning's ddp starts the second process itself, as its owners define it).
+    Neither sees a PL_GLOBAL_SEED from outside: the first case's seed is the default, 0."""
+    return lightning_ddp
 
 
 def _load(out: Path, framework: str, case: str, rank: int) -> dict:
-    return torch.load(out / framework / f"{case}-rank{rank}.pt", weights_only=False)
+    return torch.load(out / framework / "sampler_ddp_run" / f"{case}-rank{rank}.pt", weights_only=False)
 
 
 def _same_weights(ours: dict, theirs: dict) -> bool:

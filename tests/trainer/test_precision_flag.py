@@ -5,13 +5,12 @@ precision plugin's class, precision and scaler, the precision warnings, what the
 and the trained weights, bit for bit. ``"16-mixed"`` (``16``, ``"16"``) on the CPU trains
 ``"bf16-mixed"`` with Lightning's warning; float16 with a GradScaler there is the plugin's
 (``MixedPrecision("16-mixed", "cpu")``, its ``scaler`` too). Under ddp at 2 processes, one launch a
-framework: tests/trainer/precision_ddp_run.py."""
+framework: tests/trainer/precision_ddp_run.py, in conftest.py's shared ``lightning_ddp`` launch."""
 
 from __future__ import annotations
 
 import os
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -182,27 +181,17 @@ def test_model_parallel_takes_lightnings_precisions():
 
 
 @pytest.mark.slow
-def test_ddp_at_two_processes_trains_as_lightnings(tmp_path):
-    """One launch a framework: "16-mixed" (bf16-mixed, rank 0 warns) and the fp16 plugin, each rank's
-    weights bit-equal to Lightning's rank's (before: trainmesh's "16-mixed" trained float16)."""
-    from helpers.forked import can_fork, run_forked
-    from helpers.processes import run_program
-    from trainmesh.launchers.environments import find_free_port
-
-    script = Path(__file__).parent / "precision_ddp_run.py"
-    outcomes = {}
-    for framework in ("lightning", "trainmesh"):
-        out = tmp_path / framework
-        out.mkdir()
-        if can_fork():  # as tests/trainer/test_differential_programs_more.py::test_ddp_program_same_outcome
-            world = 2 if framework == "trainmesh" else 1
-            # a free rendezvous port of its own (one an earlier test left in os.environ may be taken)
-            env = dict(os.environ, MASTER_PORT=str(find_free_port()))
-            done = run_forked(script, [framework, str(out)], env=env, timeout=600, cwd=tmp_path, world=world)
-        else:
-            done = run_program([str(script), framework, str(out)], timeout=600, cwd=tmp_path)
-        assert done.returncode == 0, done.stderr[-3000:]
-        outcomes[framework] = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+def test_ddp_at_two_processes_trains_as_lightnings(lightning_ddp):
+    """One launch a framework (precision_ddp_run.py, in conftest.py's ``lightning_ddp``): "16-mixed"
+    (bf16-mixed, rank 0 warns) and the fp16 plugin, each rank's weights bit-equal to Lightning's
+    rank's (before: trainmesh's "16-mixed" trained float16)."""
+    outcomes = {
+        framework: [
+            torch.load(lightning_ddp / framework / "precision_ddp_run" / f"rank{r}.pt", weights_only=False)
+            for r in (0, 1)
+        ]
+        for framework in ("lightning", "trainmesh")
+    }
     for lightning, ours in zip(outcomes["lightning"], outcomes["trainmesh"]):
         for name in ("16-mixed", "plugin"):
             theirs, mine = lightning[name], ours[name]
