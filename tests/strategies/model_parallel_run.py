@@ -15,7 +15,8 @@ python model_parallel_run.py --batch LEGS.json   (a list of [OUT, LAYOUT, {KEY: 
              distributed checkpoint directory there), resume=PATH (fit(ckpt_path=PATH): another layout may
              resume it; with epochs= the saved run's epochs no training step runs), evaluate=1 (after fit:
              Trainer.test and Trainer.predict on 37 held-out samples, saved as "test" and "predictions")
-Rank 0 writes OUT: the whole model's weights (gathered), callback_metrics, the step count.
+Rank 0 writes OUT: the whole model's weights (gathered), callback_metrics as fit left them (before
+any test), the step count.
 The Trainer's own files (ModelCheckpoint's, with save=) go to OUT's folder, never into PATH.
 The global batch is the same in every layout (16 samples), so every layout matches `single`.
 """
@@ -166,6 +167,7 @@ def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
         default_root_dir=os.path.dirname(os.path.abspath(out)),
     )
     trainer.fit(model, loader, val if opts.get("val", "1") == "1" else None, ckpt_path=opts.get("resume"))
+    metrics = dict(trainer.callback_metrics)  # fit's: a leg with evaluate=1 answers for fit alone too
     if "save" in opts:
         trainer.save_checkpoint(opts["save"])
     evaluated = {}
@@ -189,7 +191,7 @@ def run_leg(out: str, layout: str, opts: dict[str, str]) -> None:
         torch.save(
             {
                 "state_dict": {k: v.detach().cpu() for k, v in full.items()},
-                "metrics": dict(trainer.callback_metrics),
+                "metrics": metrics,
                 "steps": trainer.global_step,
                 **evaluated,
             },
