@@ -136,8 +136,17 @@ def test_module_level_runtime_works_inside_ddp_spawn(spawn_places):
 
 
 def test_runtime_launch_example_trains_on_two_processes(tmp_path):
-    # The README's example of runtime.launch, run as the program a user would paste.
-    result = run_program("runtime_launch_example.py", env={"OMP_NUM_THREADS": "1"}, cwd=tmp_path)
+    # The README's example of runtime.launch, run as the program a user would paste: its workers
+    # new interpreters running it ("ddp" re-runs the script), its agent a fork of the fork server
+    # (torch and trainmesh imported: 2.5 CPU-s saved), as test_restarts.py's.
+    from helpers.forked import can_fork, run_forked
+
+    if can_fork():
+        clean = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+        example = HERE / "runtime_launch_example.py"
+        result = run_forked(example, [], env={**clean, "OMP_NUM_THREADS": "1"}, timeout=120, cwd=tmp_path)
+    else:
+        result = run_program("runtime_launch_example.py", env={"OMP_NUM_THREADS": "1"}, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["epoch 0", "epoch 1", "epoch 2"]  # rank 0 alone prints
