@@ -29,9 +29,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-# STEPS: the uninterrupted run's steps (resume_layouts_run.py saves after PAUSE, resumes for the rest)
-from resume_layouts_run import STEPS  # noqa: E402
-
 from helpers.batches import Batches, LegFailed  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -39,6 +36,9 @@ SCRIPT = HERE / "resume_layouts_run.py"
 # The table of layouts, on its docs page (moved there from the README).
 GUIDE = HERE.parents[1] / "docs" / "how-to" / "resume-layouts.md"
 ATOL = 1e-4
+# resume_layouts_run.py's STEPS: the uninterrupted run's steps, 1 saved (its PAUSE) + 1 resumed. Not imported:
+# the script imports DTensor, the pipeline and both models (1.2 CPU-s at every xdist worker's collection).
+STEPS = 2
 WORLD = {"single": 1, "ddp": 2, "fsdp": 2, "tp": 2, "pp": 2, "fsdp_tp": 4, "pp_tp": 4}
 LAYOUTS = list(WORLD)
 # Outside the documented table, checked to and from one process only: pp x dp_shard and HSDP
