@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers.forked import can_fork, run_forked
 from trainmesh.checkpoint import digest as digest_module
 from trainmesh.checkpoint import distributed as distributed_module
 from trainmesh.checkpoint import io as io_module
@@ -74,7 +75,7 @@ def test_a_save_that_fails_before_its_digest_leaves_the_old_file_and_no_other(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ckpt"]
 
 
-def test_a_save_killed_before_its_digest_leaves_no_digest_and_nothing_under_its_name(tmp_path):
+def test_a_save_killed_before_its_digest_leaves_no_digest_and_nothing_under_its_name(tmp_path, tmp_path_factory):
     # A real kill (SIGKILL) where the digest would be written: torch.save's archive is complete in
     # the temporary file, but it carries no digest and never took the checkpoint's name.
     program = textwrap.dedent(
@@ -85,7 +86,13 @@ def test_a_save_killed_before_its_digest_leaves_no_digest_and_nothing_under_its_
         io.atomic_save({{"state_dict": {{"w": torch.ones(1000)}}, "trainmesh_version": "x"}}, {str(tmp_path / "a.ckpt")!r})
         """
     )
-    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    # A fork of the fork server (helpers/forked.py: torch and trainmesh imported once), where it can be.
+    script = tmp_path_factory.mktemp("killed_save") / "killed_save.py"
+    script.write_text(program)
+    if can_fork():
+        run = run_forked(script, [], env={**os.environ}, timeout=120)
+    else:
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert run.returncode == -9, run.stderr
     assert not (tmp_path / "a.ckpt").exists()
     (left,) = tmp_path.iterdir()  # the killed save's temporary, removed at the next start (cleanup.py)

@@ -41,7 +41,7 @@ from helpers.forked import single_threaded  # noqa: E402
 from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 
-EPOCHS, PER_DEVICE_BATCH, SAMPLES, LR = 2, 16, 256, 1e-2
+EPOCHS, PER_DEVICE_BATCH, SAMPLES, LR = 2, 16, 128, 1e-2
 ENTRIES = ("trainer", "runtime_before", "runtime_after")
 KINDS = ("torch", "keras")
 

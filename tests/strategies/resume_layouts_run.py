@@ -35,7 +35,7 @@ from helpers.nanogpt import GPT, GPTConfig, PublishedGPT, gpt_loader  # noqa: E4
 from trainmesh.runtime_optimizer import inner_optimizer  # noqa: E402
 from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
 
-PAUSE, STEPS, GLOBAL_BATCH = 2, 4, 8
+PAUSE, STEPS, GLOBAL_BATCH = 1, 2, 8
 CONFIG = LlamaConfig()
 # name -> (processes, data-parallel size, strategy)
 LAYOUTS = {

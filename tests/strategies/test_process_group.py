@@ -39,14 +39,22 @@ PROGRAM = textwrap.dedent(f"""
             rank_1_left.set()
 
     if __name__ == "__main__":
-        left = mp.get_context("fork").Event()  # -c: no spawn
+        left = mp.get_context("fork").Event()  # forks, as the workers are
         mp.start_processes(worker, args=(find_free_port(), left), nprocs=2, start_method="fork")
         print("ALL LEFT", flush=True)
 """)
 
 
-def test_the_leave_barrier_ends_within_its_timeout_on_every_rank_and_names_who_did_not_arrive():
-    result = run("-c", PROGRAM, timeout=90)
+def run_program_text(text: str, folder, timeout: float):
+    """``text`` as a program, a fork of the fork server (helpers/forked.py: torch imported once,
+    not by a new interpreter); its workers are its forks, as under ``python -c``."""
+    script = folder / "program.py"
+    script.write_text(text)
+    return run(str(script), timeout=timeout, forked=True)
+
+
+def test_the_leave_barrier_ends_within_its_timeout_on_every_rank_and_names_who_did_not_arrive(tmp_path):
+    result = run_program_text(PROGRAM, tmp_path, timeout=90)
     out = result.stdout
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ALL LEFT" in out
@@ -121,8 +129,8 @@ RACE = textwrap.dedent(f"""
 
 
 @pytest.fixture(scope="module")
-def race():
-    return run("-c", RACE, timeout=120)
+def race(tmp_path_factory):
+    return run_program_text(RACE, tmp_path_factory.mktemp("race"), timeout=120)
 
 
 def test_rank_0_the_store_s_host_stays_until_every_rank_has_seen_that_all_arrived(race):

@@ -30,8 +30,11 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def test_zero1_skips_frozen_parameters_and_refuses_them_unfrozen_later():
-    result = run("-c", PROGRAM, timeout=60)
+def test_zero1_skips_frozen_parameters_and_refuses_them_unfrozen_later(tmp_path):
+    # A fork of the fork server (helpers/forked.py: torch imported once): how it starts is not checked.
+    script = tmp_path / "zero1_frozen.py"
+    script.write_text(PROGRAM)
+    result = run(str(script), timeout=60, forked=True)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REFUSED 2 parameter(s) of shapes [(4, 4), (4,)] did not require grad" in result.stdout
     assert "optimizer.add_param_group" in result.stdout
