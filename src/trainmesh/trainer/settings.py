@@ -52,6 +52,8 @@ class LoopSettings:
     limits_settled: bool = False
     # Lightning 2.6's time-based val_check_interval, in seconds (val_clock.py); val_check_interval is then 1.0
     val_check_time: float | None = None
+    # ... and Lightning's trainer has no val_check_interval attribute (trainer_fields.py), until one is set
+    val_check_interval_absent: bool = False
 
     @property
     def clips(self) -> bool:
@@ -158,6 +160,7 @@ def check_loop_settings(
         limit_predict_batches=limit_predict_batches,
         val_check_interval=val_check_interval,
         val_check_time=val_check_time,
+        val_check_interval_absent=val_check_time is not None,
         check_val_every_n_epoch=check_val_every_n_epoch,
         num_sanity_val_steps=num_sanity_val_steps,
         log_every_n_steps=log_every_n_steps,
