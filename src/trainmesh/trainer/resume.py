@@ -246,6 +246,12 @@ class StageCheckpoints:
         optimizers = self.state.optimizers if with_optimizers else []
         return self.runtime.checkpoints.read(source, self.trainer.model, optimizers, keys=TENSOR_ENTRIES)
 
+    def restore_early(self, ckpt_path: str | None, early: list[Any]) -> bool:
+        """A resumed fit's module before ``configure_optimizers``, where the strategy allows
+        (:func:`restore_early`): read without the optimizers, which do not exist yet."""
+        read = functools.partial(self.read, with_optimizers=False)
+        return restore_early(self.trainer, self.runtime, self.state, read, ckpt_path, early)
+
     def load_weights_for_eval(self, ckpt_path: str | os.PathLike[str] | None) -> None:
         """validate/test/predict(ckpt_path=...): the checkpoint's weights into the module, with
         Lightning's lines before and after."""

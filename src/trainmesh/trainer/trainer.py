@@ -42,7 +42,6 @@ from trainmesh.trainer.resume import (
     StageCheckpoints,
     owned_by,
     read_fit_checkpoint,
-    restore_early,
     say_restoring,
     select_named_last,
 )
@@ -338,11 +337,9 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         try:
             # a ckpt_path the program names resumes as Lightning's does; exact_resume=True: exactly
             state.named_resume = stage == "fit" and ckpt_path is not None and not self._exact_resume
-            if stage == "fit":  # Lightning's fit chooses its "last" file before its run's set-up
-                ckpt_path = select_named_last(self, self.runtime, ckpt_path)
+            ckpt_path = select_named_last(self, self.runtime, ckpt_path)  # (a fit's "last": before its set-up)
             checkpoints = StageCheckpoints(self, self.runtime, state, weights_only)
-            peek = functools.partial(checkpoints.read, with_optimizers=False)
-            restore = functools.partial(restore_early, self, self.runtime, state, peek, ckpt_path, early)
+            restore = functools.partial(checkpoints.restore_early, ckpt_path, early)
             loop = prepare_stage(self, model, data, stage, restore if stage == "fit" else None)
             if stage == "fit":
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,
