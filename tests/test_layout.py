@@ -353,6 +353,8 @@ COVERED_BY: dict[str, list[str]] = {
     "trainer/evaluation.py": ["trainer/test_trainer.py", "trainer/test_hooks.py", "strategies/test_ddp.py"],
     "trainer/loader_results.py": ["trainer/test_legacy_hooks.py", "trainer/test_trainer.py"],
     "trainer/fit_loop.py": ["trainer/test_resume.py"],
+    "trainer/epoch_opening.py": ["trainer/test_fit_loop_resume.py", "trainer/test_resume.py"],
+    "trainer/training_batches.py": ["trainer/test_fit_loop.py", "trainer/test_fit_loop_reads.py"],
     "trainer/stop_limits.py": ["trainer/test_differential.py"],
     "loggers/logger.py": ["trainer/test_differential_docs.py"],
     "trainer/loop_context.py": ["trainer/test_fit_loop.py"],

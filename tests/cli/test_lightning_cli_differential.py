@@ -92,12 +92,21 @@ TRAINER_CASES = {
     "max_time_string": ["--trainer.max_time=00:00:05:00"],
     "max_time_dict": ['--trainer.max_time={"minutes": 5}'],
     "val_check_interval": ["--trainer.val_check_interval=0.5", "--trainer.check_val_every_n_epoch=2"],
+    "val_check_interval_time_string": ["--trainer.val_check_interval", "00:00:00:01"],
+    "val_check_interval_time_dict": ['--trainer.val_check_interval={"seconds": 90}'],
     "accelerator": ["--trainer.accelerator=cpu", "--trainer.devices=1"],
     "opt_out_defaults": ["--trainer.log_every_n_steps=3", "--trainer.num_sanity_val_steps=0",
                          "--trainer.enable_checkpointing=false"],
     "limits": ["--trainer.limit_train_batches=0.5", "--trainer.limit_val_batches=2", "--trainer.max_steps=7"],
     "default_root_dir": ["--trainer.default_root_dir={root}"],
 }  # fmt: skip
+
+
+def _validation_interval(trainer) -> tuple:
+    """A time-based interval: no ``trainer.val_check_interval`` in Lightning 2.6 (its seconds apart)."""
+    interval = trainer.val_check_interval if hasattr(trainer, "val_check_interval") else "absent"
+    return interval, type(interval).__name__, trainer._val_check_time_interval
+
 
 WATCHED = {
     "LearningRateMonitor": ["logging_interval"],
@@ -122,6 +131,7 @@ def test_trainer_options_parse_and_build_as_lightning_s(case, tmp_path):
     assert type(ours.trainer.strategy).__name__ == type(theirs.trainer.strategy).__name__
     # "16-mixed" on the CPU: "bf16-mixed" in both (before: trainmesh's stayed "16-mixed", fp16 with a scaler)
     assert ours.trainer.precision == theirs.trainer.precision
+    assert _validation_interval(ours.trainer) == _validation_interval(theirs.trainer)
     if case == "strategy_class":
         given = theirs.trainer.strategy._ddp_kwargs["find_unused_parameters"]
         assert ours.trainer.strategy.ddp_options["find_unused_parameters"] is given is True

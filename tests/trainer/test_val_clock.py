@@ -34,16 +34,28 @@ class _Stream(IterableDataset):
         return iter(zip(self.x, self.y))
 
 
+def _reads(trainer):
+    """What a program reads of the interval: Lightning 2.6's trainer has no val_check_interval when it is
+    time-based (hasattr False)."""
+    interval = trainer.val_check_interval if hasattr(trainer, "val_check_interval") else "absent"
+    return interval, trainer.val_check_batch
+
+
 def run(framework, root, stream=False, checkpoint=False, **settings):
     base, trainer_class, seed = framework
-    points = []
+    points, reads = [], []
 
     class Net(base):
         def __init__(self):
             super().__init__()
             self.layer = torch.nn.Linear(4, 2)
 
+        def on_train_start(self):
+            reads.append(_reads(self.trainer))
+
         def training_step(self, batch, batch_idx):
+            if batch_idx == 1:
+                reads.append(_reads(self.trainer))
             Clock.now += 1.0
             loss = F.cross_entropy(self.layer(batch[0]), batch[1])
             self.log("loss", loss)
@@ -75,10 +87,12 @@ def run(framework, root, stream=False, checkpoint=False, **settings):
         default_root_dir=root,
         **settings,
     )
+    reads.append(_reads(trainer))
     trainer.fit(model, train, DataLoader(TensorDataset(x, y), 2))
+    reads.append(_reads(trainer))
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     saved = sorted(p.name for p in (Path(root) / "checkpoints").glob("*")) if checkpoint else None
-    return points, trainer.val_check_batch, metrics, saved, model.state_dict()
+    return points, reads, metrics, saved, model.state_dict()
 
 
 @pytest.mark.parametrize(
@@ -105,6 +119,7 @@ def test_validates_where_lightning_validates(tmp_path, monkeypatch, settings):
         out[name] = run(framework, str(tmp_path / name), **settings)
     assert out["tm"][:4] == out["pl"][:4]
     assert out["pl"][0]  # it validated
+    assert len(out["pl"][1]) >= 4  # trainer.val_check_interval / val_check_batch before, during, after the fit
     for key, value in out["pl"][4].items():
         assert torch.equal(out["tm"][4][key], value), key
 
@@ -118,3 +133,17 @@ def test_bad_time_strings_are_refused_as_lightning(interval):
     with pytest.raises(tm.utilities.exceptions.MisconfigurationException) as ours:
         tm.Trainer(val_check_interval=interval)
     assert str(ours.value) == str(theirs.value)
+
+
+def test_a_time_based_interval_is_no_val_check_interval_until_one_is_set():
+    """Lightning 2.6's trainer has no ``val_check_interval`` for a time-based one; a value set on it reads
+    back, while the clock still decides (its loops read ``_val_check_time_interval`` first)."""
+    seen = {}
+    for name, trainer_class in [("pl", pl.Trainer), ("tm", tm.Trainer)]:
+        trainer = trainer_class(val_check_interval=timedelta(seconds=2), logger=False, enable_progress_bar=False)
+        before = _reads(trainer), trainer._val_check_time_interval
+        trainer.val_check_interval = 0.5
+        seen[name] = before, _reads(trainer), trainer._val_check_time_interval
+    assert seen["tm"] == seen["pl"] == ((("absent", None), 2.0), (0.5, None), 2.0)
+    with pytest.raises(AttributeError, match="time-based val_check_interval.*_val_check_time_interval"):
+        _ = tm.Trainer(val_check_interval="00:00:00:02").val_check_interval

@@ -77,7 +77,7 @@ def build_checkpoint(
     pieces = runtime.checkpoints.state_dicts(state.model, state.optimizers, sharded=True)
     # max_steps ended the fit inside an epoch: trainmesh's loop entry records that moment, not the
     # end-of-epoch reporting that ran after it, so a resume trains the rest of the epoch (see
-    # fit_loop._end_epoch); Lightning's epoch and counters are the trainer's, as Lightning saves them.
+    # epoch_end.end_epoch); Lightning's epoch and counters are the trainer's, as Lightning saves them.
     checkpoint_epoch, loop_entry = state.current_epoch, _loop_entry(state)
     # Lightning's keys in Lightning's order (dump_checkpoint), then trainmesh's own
     checkpoint: dict[str, Any] = {

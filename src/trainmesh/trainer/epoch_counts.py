@@ -10,7 +10,7 @@ def restart_epoch_counts(
 ) -> None:
     """``fit_loop.epoch_progress`` as a fit starts (Lightning's on_run_start). Resumed from a save made
     as an epoch ended, Lightning's restored counts hold that epoch as processed but not completed (until
-    the fit goes on to the next: ``_first_epoch``). ``processed_again``: that epoch's end runs again (a
+    the fit goes on to the next: ``epoch_opening.first_epoch``). ``processed_again``: that epoch's end runs again (a
     restart under max_steps, restart.py), Lightning's counts hold it processed already, and count it again."""
     epochs = state.progress.epochs
     if resumed and state.loop.epoch_finished:

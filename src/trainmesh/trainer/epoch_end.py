@@ -1,16 +1,68 @@
-"""The end of a training epoch: ``on_train_epoch_end`` in Lightning's order, with the epoch's
-metrics and its epoch-interval schedulers between the hooks (the fit loop calls it)."""
+"""The end of a training epoch (``end_epoch``, which the fit loop calls): ``on_train_epoch_end`` in
+Lightning's order, with the epoch's metrics and its epoch-interval schedulers between the hooks, and
+the position a checkpoint resumes from where max_steps ended the fit inside the epoch."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from trainmesh.seed import capture_rng_state
+from trainmesh.trainer.finite_loss import verify_deferred_losses
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.loop_context import LoopContext
-from trainmesh.trainer.loop_state import LoopState
+from trainmesh.trainer.loop_state import LoopState, StoppedInsideEpoch
 from trainmesh.trainer.optimization.runners import epoch_scheduler_due
 from trainmesh.trainer.optimizers import step_scheduler
 from trainmesh.trainer.publishing import callback_metrics, logger_row
 from trainmesh.trainer.results import StageResults, reset_metric_objects
 from trainmesh.utilities.exceptions import MisconfigurationException
+
+
+def end_epoch(ctx: LoopContext, train_results: StageResults, *, cut_short: bool) -> None:
+    """The end of an epoch: epoch-end hooks, epoch metrics, epoch schedulers (its validation
+    ran after its last batch, where that batch was one to validate after: ``validates_after``).
+
+    ``cut_short``: max_steps ended the fit before the epoch's last batch, so the run ends but
+    the epoch does not. What reports on the run still happens, as at any epoch end (and as in
+    Lightning, which does not validate there unless the batch was one to validate after):
+    training_epoch_end with the outputs so far, on_train_epoch_end, the epoch means over the
+    batches trained, current_epoch advancing, so the loggers get the last steps and
+    ModelCheckpoint(save_last=True) writes them. What would change how training goes on does
+    not: epoch-interval schedulers do not step, and the position is recorded first
+    (``StoppedInsideEpoch``), so a checkpoint resumes the epoch where training stopped, with that
+    moment's generators, accumulators and outputs, and the resumed run reports the whole epoch at
+    its real end. (Callbacks acting on epoch-end values, EarlyStopping, see the partial epoch once
+    in the stopped run.)
+    """
+    state = ctx.state
+    loop = state.loop
+    verify_deferred_losses(loop.loss_check)  # before the epoch's checkpoints
+    if cut_short:
+        loop.stopped_inside = StoppedInsideEpoch(
+            epoch=state.current_epoch,
+            batches_done=loop.batches_done,
+            rng=capture_rng_state(),
+            train_results=_copied_results(train_results),
+            epoch_outputs=list(loop.epoch_outputs),
+        )
+    if loop.plateau_due:  # made due by a window the epoch's end stepped (an epoch ended inside it)
+        step_due_plateau_schedulers(state, ctx.hooks)
+    # An epoch whose end a resume runs (loop.epoch_end_due), or the first a restart trains (loop.plateau_held),
+    # steps no plateau scheduler, as Lightning's restart
+    run_epoch_end_hooks(ctx, train_results, cut_short=cut_short or loop.epoch_end_due or loop.plateau_held)
+    loop.epoch_end_due = loop.plateau_held = False
+    state.current_epoch += 1
+    state.progress.epochs.completed()
+    loop.epoch_finished = loop.epoch_ending = False
+    loop.batches_done = 0
+
+
+def _copied_results(results: Any) -> dict[str, Any]:
+    state: dict[str, Any] = results.state_dict()
+    for entry in state.values():
+        if entry["total"] is not None:
+            entry["total"] = entry["total"].clone()  # accumulated in place by later self.log calls
+    return state
 
 
 def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_short: bool) -> None:

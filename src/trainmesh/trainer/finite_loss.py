@@ -125,6 +125,13 @@ def verify_finite_losses(check: FiniteLossCheck | None, path: str) -> None:
         check.before_save(path)
 
 
+def verify_deferred_losses(check: FiniteLossCheck | None) -> None:
+    """The fit loop's read of the deferred check: at the logging cadence, before validation and at
+    an epoch's end (``FiniteLossCheck.verify``)."""
+    assert check is not None  # fit sets it
+    check.verify()
+
+
 def _spike_detection_watches(trainer: TrainerView) -> bool:
     """A SpikeDetection that takes a non-finite loss for a spike (its default) is among the callbacks."""
     from trainmesh.callbacks.spike import SpikeDetection

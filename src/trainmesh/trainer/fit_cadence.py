@@ -1,13 +1,19 @@
-"""When a fit validates and when a stop asked ends it, as Lightning's training epoch loop decides
-(``_should_check_val_fx``, ``_should_check_val_epoch``'s interval; when a stop asked may end it:
-stop_limits.py): read by the fit loop (``fit_loop.py``) after each batch."""
+"""What a trained batch makes due, as Lightning's training epoch loop decides after each batch
+(``_should_check_val_fx``, ``_should_check_val_epoch``'s interval; when a stop asked may end the
+epoch: stop_limits.py): its metrics to the loggers, validation, the plateau schedulers it made due,
+and whether the epoch ends there. Read by the batch loop (training_batches.py) after each batch."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING, Any
 
-from trainmesh.trainer.stop_limits import min_met
+from trainmesh.trainer import evaluation
+from trainmesh.trainer.epoch_end import step_due_plateau_schedulers
+from trainmesh.trainer.finite_loss import verify_deferred_losses
+from trainmesh.trainer.loop_context import LoopContext
+from trainmesh.trainer.results import StageResults
+from trainmesh.trainer.stop_limits import can_stop_early, min_met
 from trainmesh.trainer.val_clock import BY_TIME
 from trainmesh.utilities.exceptions import MisconfiguredValue
 
@@ -64,3 +70,46 @@ def val_check_batches(state: LoopState, settings: LoopSettings, fit_data: FitDat
             )
         return math.inf  # unknown length: validate once, at the end of the epoch
     return max(1, int(limit * interval))
+
+
+def log_and_validate(
+    ctx: LoopContext,
+    fit_data: FitData,
+    val_every: int | float | None,
+    train_results: StageResults,
+    *,
+    log_due: bool,
+    stepped: bool,
+    is_last: bool,
+) -> None:
+    """After a batch's on_train_batch_end: its metrics to the loggers when due (``log_due``), then
+    validation when due, then the schedulers stepped with a metric that the batch made due."""
+    state, settings, loop = ctx.state, ctx.settings, ctx.state.loop
+    if log_due:
+        verify_deferred_losses(loop.loss_check)  # where the check is deferred (finite_loss.py), its read
+        ctx.publisher.step_metrics()
+    if val_every is not None and validates_after(state, settings, loop, val_every, ctx.runtime, is_last=is_last):
+        verify_deferred_losses(loop.loss_check)
+        loop.mid_epoch_validation, loop.stepped_pending = not is_last, int(stepped)
+        loop.epoch_end_validation = is_last
+        try:
+            # gradients are released first where none wait for an optimizer step
+            evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=stepped)
+        finally:
+            loop.mid_epoch_validation, loop.stepped_pending = False, 0
+            loop.epoch_end_validation = False
+        state.log_collector.start_stage(train_results)
+    if loop.plateau_due:  # Lightning's order: after on_train_batch_end and the validation, which may log their metric
+        step_due_plateau_schedulers(state, ctx.hooks)
+
+
+def stop_after_batch(ctx: LoopContext, *, is_last: bool) -> bool | None:
+    """Whether the epoch ends after this batch: max_steps reached (True when batches of the epoch
+    are left: right after an optimizer step, so no gradients are pending), or a stop asked that
+    may end it now (False); None to go on."""
+    state, max_steps = ctx.state, ctx.settings.max_steps
+    if max_steps != -1 and state.global_step >= max_steps:
+        return not is_last
+    if state.should_stop and can_stop_early(ctx):
+        return False
+    return None

@@ -61,7 +61,7 @@ def begin_fit(
     restart_epoch_counts(
         state, resumed=checkpoint is not None, processed_again=processed_again, iteration_based=iteration_based
     )
-    state.loop.plateau_held = restarting(ctx, checkpoint)  # through the fit's first epoch (fit_loop._end_epoch)
+    state.loop.plateau_held = restarting(ctx, checkpoint)  # through the fit's first epoch (epoch_end.end_epoch)
     state.progress.fit_started = True
 
     # As Lightning 2.x, the modules keep their own modes (a part frozen in eval mode stays so).

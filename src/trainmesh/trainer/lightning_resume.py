@@ -7,7 +7,7 @@ only the former. Its position is read from Lightning's progress counters here, i
 is not restored, as in Lightning: no random generators (the resumed fit draws from the program's own),
 no gradients of an unfinished accumulation window, no epoch accumulators, and a resume inside an epoch
 reads the train loader afresh from its first batch while counting the batches on from the saved index
-(fit_loop._open_epoch). The weights, optimizers, schedulers, precision and callback states load as for
+(epoch_opening.open_epoch). The weights, optimizers, schedulers, precision and callback states load as for
 trainmesh's own checkpoints.
 """
 
@@ -63,7 +63,7 @@ def loop_entry_of(checkpoint: dict[str, Any], *, steps_bounded: bool) -> dict[st
         "epoch_finished": finished or end_due,
         "epoch_not_started": counted_on,
         "epoch_end_due": end_due,
-        "epoch_start_rng": None,  # not saved: the epoch's loader is read afresh (fit_loop._open_epoch)
+        "epoch_start_rng": None,  # not saved: the epoch's loader is read afresh (epoch_opening.open_epoch)
         "total_batches": batch_total[2],
         "batches_stepped": int(fit_loop.get("epoch_loop.state_dict", {}).get("_batches_that_stepped", 0)),
     }

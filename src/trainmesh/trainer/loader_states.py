@@ -6,7 +6,7 @@ iterable) in its ``loops`` entry (``fit_loop.state_dict.combined_loader``), and 
 fit loads them back before its loader's iterator starts (``_FitLoop._load_combined_loader_states``):
 a resume inside an epoch then reads the rest of that epoch from the loader itself. trainmesh writes
 them the same way, so Lightning's resume of trainmesh's checkpoint reads as its own; trainmesh's own
-resume replays its epoch from its saved generators instead and does not load them (fit_loop._open_epoch).
+resume replays its epoch from its saved generators instead and does not load them (epoch_opening.open_epoch).
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ class LoopPosition:
 class StoppedInsideEpoch:
     """Where max_steps ended the fit with batches of the epoch still untrained.
 
-    Taken before the epoch's end-of-epoch reporting runs (see ``fit_loop._end_epoch``): a
+    Taken before the epoch's end-of-epoch reporting runs (see ``epoch_end.end_epoch``): a
     checkpoint written during or after that reporting records this position, so a resume with a
     larger max_steps or max_epochs trains the rest of the epoch, as the run that never stopped does.
     """

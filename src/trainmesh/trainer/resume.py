@@ -98,7 +98,30 @@ def read_fit_checkpoint(
     return source, read(source)
 
 
+def select_named_last(trainer: TrainerView, runtime: Runtime, ckpt_path: str | None) -> str | None:
+    """Lightning's ``_select_ckpt_path`` for a ``fit(ckpt_path="last")`` resumed as Lightning's, run as
+    its ``fit`` runs it: before the run's set-up, so its warning where there is no last file comes
+    before the setup hooks' (ModelCheckpoint's "directory exists and is not empty"), and the folders
+    searched are the Trainer's callbacks' (a module's ``configure_callbacks`` join later, as in Lightning).
+    The chosen file, or None to start afresh, on every process (global rank 0 chooses). Any other
+    ``ckpt_path``, and "last" after a restart (trainmesh's search of the run: :func:`read_fit_checkpoint`
+    after the set-up, which needs the module), is returned as given."""
+    if str(ckpt_path) != "last" or not getattr(trainer, "_named_resume", False):
+        return ckpt_path
+    if _restart_reason(trainer, runtime) is not None:
+        return ckpt_path
+    return _agreed(runtime, functools.partial(fit_last_checkpoint, trainer) if runtime.is_global_zero else None)
+
+
 Foreign = Callable[[dict[str, Any]], "str | None"]  # why a checkpoint belongs to another run, or None
+
+
+def _restart_reason(trainer: TrainerView, runtime: Runtime) -> tuple[str, str | None] | None:
+    """Any process's reason to restart, with its launcher's restart key; an elastic agent counts only
+    its own node's restarts (a collective: every process calls it)."""
+    reason = runtime.supervision.restart_reason(trainer.default_root_dir)
+    mine = (reason, run_identity.launch_restart_key()) if reason else None
+    return next((r for r in runtime.all_gather_object(mine) if r), None)
 
 
 def _restart(trainer: TrainerView, runtime: Runtime) -> tuple[str, Foreign] | None:
@@ -106,9 +129,7 @@ def _restart(trainer: TrainerView, runtime: Runtime) -> tuple[str, Foreign] | No
     checkpoints are its own (``run_identity.py``), or None; any process's reason counts: an elastic
     agent counts only its own node's restarts. A preemption checkpoint another program left is no
     reason: this fit starts afresh and leaves it to that program."""
-    reason = runtime.supervision.restart_reason(trainer.default_root_dir)
-    mine = (reason, run_identity.launch_restart_key()) if reason else None
-    found = next((r for r in runtime.all_gather_object(mine) if r), None)
+    found = _restart_reason(trainer, runtime)
     if found is None:
         return None
     reason, key = found
@@ -224,6 +245,12 @@ class StageCheckpoints:
         check_before_reading(source, self.weights_only)
         optimizers = self.state.optimizers if with_optimizers else []
         return self.runtime.checkpoints.read(source, self.trainer.model, optimizers, keys=TENSOR_ENTRIES)
+
+    def restore_early(self, ckpt_path: str | None, early: list[Any]) -> bool:
+        """A resumed fit's module before ``configure_optimizers``, where the strategy allows
+        (:func:`restore_early`): read without the optimizers, which do not exist yet."""
+        read = functools.partial(self.read, with_optimizers=False)
+        return restore_early(self.trainer, self.runtime, self.state, read, ckpt_path, early)
 
     def load_weights_for_eval(self, ckpt_path: str | os.PathLike[str] | None) -> None:
         """validate/test/predict(ckpt_path=...): the checkpoint's weights into the module, with

@@ -52,6 +52,8 @@ class LoopSettings:
     limits_settled: bool = False
     # Lightning 2.6's time-based val_check_interval, in seconds (val_clock.py); val_check_interval is then 1.0
     val_check_time: float | None = None
+    # ... and Lightning's trainer has no val_check_interval attribute (trainer_fields.py), until one is set
+    val_check_interval_absent: bool = False
 
     @property
     def clips(self) -> bool:
@@ -136,10 +138,7 @@ def check_loop_settings(
     limit_val_batches = _check_limit("limit_val_batches", limit_val_batches)
     limit_test_batches = _check_limit("limit_test_batches", limit_test_batches)
     limit_predict_batches = _check_limit("limit_predict_batches", limit_predict_batches)
-    val_check_time = None
-    if isinstance(val_check_interval, TIME_TYPES):  # Lightning 2.6's time-based interval
-        val_check_time, val_check_interval = interval_seconds(val_check_interval), 1.0
-    val_check_interval = _check_val_interval(val_check_interval)
+    val_check_time, val_check_interval = _split_val_interval(val_check_interval)
     if check_val_every_n_epoch is not None:
         _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
     num_sanity_val_steps = _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
@@ -158,6 +157,7 @@ def check_loop_settings(
         limit_predict_batches=limit_predict_batches,
         val_check_interval=val_check_interval,
         val_check_time=val_check_time,
+        val_check_interval_absent=val_check_time is not None,
         check_val_every_n_epoch=check_val_every_n_epoch,
         num_sanity_val_steps=num_sanity_val_steps,
         log_every_n_steps=log_every_n_steps,
@@ -230,6 +230,15 @@ def _check_limit(name: str, value: int | float | None) -> int | float:
 def invalid_value_words(name: str, value: int | float) -> str:
     """Lightning 2.6's words for a batch limit or interval out of range (its ``_determine_batch_limits``)."""
     return f"You have passed invalid value {value} for {name}, it has to be in [0.0, 1.0] or an int."
+
+
+def _split_val_interval(value: Any) -> tuple[float | None, int | float]:
+    """``val_check_interval`` as Lightning 2.6 holds it: a time-based one ("DD:HH:MM:SS", a timedelta,
+    a dict of its keywords) as seconds (``val_check_time``, its batch interval 1.0), else a checked
+    count or fraction."""
+    if isinstance(value, TIME_TYPES):
+        return interval_seconds(value), 1.0
+    return None, _check_val_interval(value)
 
 
 def _check_val_interval(value: int | float | None) -> int | float:

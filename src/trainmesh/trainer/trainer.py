@@ -42,8 +42,8 @@ from trainmesh.trainer.resume import (
     StageCheckpoints,
     owned_by,
     read_fit_checkpoint,
-    restore_early,
     say_restoring,
+    select_named_last,
 )
 from trainmesh.trainer.search_trials import TunerExit
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
@@ -335,11 +335,11 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         status = "failed"
         early: list[Any] = []  # (source, checkpoint) of a fit restored before configure_optimizers
         try:
-            checkpoints = StageCheckpoints(self, self.runtime, state, weights_only)
-            peek = functools.partial(checkpoints.read, with_optimizers=False)
-            restore = functools.partial(restore_early, self, self.runtime, state, peek, ckpt_path, early)
             # a ckpt_path the program names resumes as Lightning's does; exact_resume=True: exactly
             state.named_resume = stage == "fit" and ckpt_path is not None and not self._exact_resume
+            ckpt_path = select_named_last(self, self.runtime, ckpt_path)  # (a fit's "last": before its set-up)
+            checkpoints = StageCheckpoints(self, self.runtime, state, weights_only)
+            restore = functools.partial(checkpoints.restore_early, ckpt_path, early)
             loop = prepare_stage(self, model, data, stage, restore if stage == "fit" else None)
             if stage == "fit":
                 # None: a fresh start ("last" before any checkpoint exists, too). With no ckpt_path,

@@ -59,7 +59,26 @@ class TrainerFields(LightningMembers):
     limit_val_batches: StateField[int | float] = StateField("_settings")
     limit_test_batches: StateField[int | float] = StateField("_settings")
     limit_predict_batches: StateField[int | float] = StateField("_settings")
-    val_check_interval: StateField[int | float] = StateField("_settings")
+
+    @property
+    def val_check_interval(self) -> int | float:
+        """Lightning's: the interval as a count or a fraction (1.0 where not given). A time-based one
+        leaves Lightning 2.6's trainer without the attribute (``AttributeError``, as ``hasattr`` sees it)
+        until something sets it: a callback deciding by ``val_check_interval == 1.0`` would take the
+        clock for once an epoch. Its seconds are ``trainer._val_check_time_interval``."""
+        if self._settings.val_check_interval_absent:
+            raise AttributeError(
+                "'Trainer' object has no attribute 'val_check_interval': the Trainer was given a time-based"
+                " val_check_interval, which Lightning 2.6's Trainer holds as `trainer._val_check_time_interval`"
+                " (seconds) instead; read that, or `trainer.val_check_batch` (None then)"
+            )
+        interval: int | float = self._settings.val_check_interval
+        return interval
+
+    @val_check_interval.setter
+    def val_check_interval(self, value: int | float) -> None:  # the clock still decides (Lightning's loops)
+        self._settings = dataclasses.replace(self._settings, val_check_interval=value, val_check_interval_absent=False)
+
     check_val_every_n_epoch: StateField[int | None] = StateField("_settings")
 
     @property
