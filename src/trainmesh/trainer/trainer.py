@@ -17,7 +17,12 @@ from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop, own_saves
 from trainmesh.trainer.batch_limit_notes import batch_limit_notes, say_batch_limit_notes
-from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, save_arguments
+from trainmesh.trainer.checkpoint_paths import (
+    clear_interrupted_saves,
+    evaluation_ckpt_path,
+    evaluation_places,
+    save_arguments,
+)
 from trainmesh.trainer.checkpointing import write_checkpoint
 from trainmesh.trainer.construction import (
     LIGHTNING1_ARGUMENTS,
@@ -335,7 +340,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         status = "failed"
         early: list[Any] = []  # (source, checkpoint) of a fit restored before configure_optimizers
         try:
-            checkpoints = StageCheckpoints(self, self.runtime, state, weights_only)
+            checkpoints = StageCheckpoints(self, self.runtime, state, weights_only, evaluation_places(self, ckpt_path))
             peek = functools.partial(checkpoints.read, with_optimizers=False)
             restore = functools.partial(restore_early, self, self.runtime, state, peek, ckpt_path, early)
             # a ckpt_path the program names resumes as Lightning's does; exact_resume=True: exactly
