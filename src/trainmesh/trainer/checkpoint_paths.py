@@ -41,18 +41,34 @@ def checkpoint_places(trainer: TrainerView) -> CheckpointPlaces:
     )
 
 
+def evaluation_places(trainer: TrainerView, ckpt_path: str | os.PathLike[str] | None) -> CheckpointPlaces | None:
+    """validate/test/predict(ckpt_path=...): "best" checked and this trainer's places taken before the run
+    attaches the model's ``configure_callbacks`` (a fresh ModelCheckpoint there knows no best or last
+    file), as Lightning 2.6 selects the path before its ``_run``. None for a fit (it reads them later)."""
+    if ckpt_path is None or trainer.stage == "fit":
+        return None
+    if str(ckpt_path) == "best":
+        check_best_known(trainer, trainer.stage or "fit")  # Lightning's checks and words first
+    return checkpoint_places(trainer)
+
+
 def resolve_ckpt_path(
-    trainer: TrainerView, ckpt_path: str | os.PathLike[str], *, allow_fresh_start: bool = False
+    trainer: TrainerView,
+    ckpt_path: str | os.PathLike[str],
+    *,
+    allow_fresh_start: bool = False,
+    places: CheckpointPlaces | None = None,
 ) -> str | None:
     """Turn "last" / "best" into a file, and check that a given path exists
-    (``checkpoint.resolve_checkpoint``, over this trainer's :func:`checkpoint_places`)."""
-    if str(ckpt_path) == "best":
+    (``checkpoint.resolve_checkpoint``, over ``places``: this trainer's :func:`checkpoint_places` where
+    :func:`evaluation_places` took none)."""
+    if str(ckpt_path) == "best" and places is None:
         check_best_known(trainer, trainer.stage or "fit")  # Lightning's checks and words first
     if str(ckpt_path) == "hpc":
         return hpc_checkpoint(trainer, trainer.stage or "fit")
     if str(ckpt_path) not in ("last", "best") and not os.path.exists(ckpt_path):
         raise_missing_checkpoint(trainer, str(ckpt_path))
-    return resolve_checkpoint(ckpt_path, checkpoint_places(trainer), allow_fresh_start=allow_fresh_start)
+    return resolve_checkpoint(ckpt_path, places or checkpoint_places(trainer), allow_fresh_start=allow_fresh_start)
 
 
 def raise_missing_checkpoint(trainer: TrainerView, path: str) -> None:

@@ -217,13 +217,18 @@ def restore_early(
 
 
 def read_weights_checkpoint(
-    trainer: TrainerView, runtime: Runtime, ckpt_path: str | os.PathLike[str], read: Read
+    trainer: TrainerView,
+    runtime: Runtime,
+    ckpt_path: str | os.PathLike[str],
+    read: Read,
+    places: CheckpointPlaces | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """The checkpoint validate/test/predict(ckpt_path=...) load weights from, and its contents."""
+    """The checkpoint validate/test/predict(ckpt_path=...) load weights from, and its contents
+    (``places``: where "best"/"last" were known as the run began, trainer/checkpoint_paths.py)."""
     if str(ckpt_path) == "last":
-        source, checkpoint = _read_last(checkpoint_places(trainer), runtime, read, allow_fresh_start=False)
+        source, checkpoint = _read_last(places or checkpoint_places(trainer), runtime, read, allow_fresh_start=False)
     else:
-        source = resolve_ckpt_path(trainer, ckpt_path)
+        source = resolve_ckpt_path(trainer, ckpt_path, places=places)
         checkpoint = None if source is None else read(source)
     assert source is not None and checkpoint is not None  # "last" without a checkpoint raised
     return source, checkpoint
@@ -238,6 +243,9 @@ class StageCheckpoints:
     runtime: Runtime
     state: LoopState
     weights_only: bool | None
+    places: CheckpointPlaces | None = (
+        None  # validate/test/predict: "best"/"last" as the run began (checkpoint_paths.py)
+    )
 
     def read(self, source: str, *, with_optimizers: bool) -> dict[str, Any]:
         from trainmesh.trainer.checkpointing import TENSOR_ENTRIES
@@ -260,7 +268,7 @@ class StageCheckpoints:
         if ckpt_path is None:
             return
         read = functools.partial(self.read, with_optimizers=False)
-        source, checkpoint = read_weights_checkpoint(self.trainer, self.runtime, ckpt_path, read)
+        source, checkpoint = read_weights_checkpoint(self.trainer, self.runtime, ckpt_path, read, self.places)
         self.state.ckpt_path = source
         say_restoring(source)
         restore_checkpoint(self.state, self.runtime, self.trainer, checkpoint, source=source, weights_only=True)

@@ -17,7 +17,12 @@ from trainmesh.runtime import Strategy
 from trainmesh.seed import make_deterministic
 from trainmesh.trainer import construction, evaluation, fit_loop, own_saves
 from trainmesh.trainer.batch_limit_notes import batch_limit_notes, say_batch_limit_notes
-from trainmesh.trainer.checkpoint_paths import clear_interrupted_saves, evaluation_ckpt_path, save_arguments
+from trainmesh.trainer.checkpoint_paths import (
+    clear_interrupted_saves,
+    evaluation_ckpt_path,
+    evaluation_places,
+    save_arguments,
+)
 from trainmesh.trainer.checkpointing import write_checkpoint
 from trainmesh.trainer.construction import (
     LIGHTNING1_ARGUMENTS,
@@ -338,7 +343,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             # a ckpt_path the program names resumes as Lightning's does; exact_resume=True: exactly
             state.named_resume = stage == "fit" and ckpt_path is not None and not self._exact_resume
             ckpt_path = select_named_last(self, self.runtime, ckpt_path)  # (a fit's "last": before its set-up)
-            checkpoints = StageCheckpoints(self, self.runtime, state, weights_only)
+            checkpoints = StageCheckpoints(self, self.runtime, state, weights_only, evaluation_places(self, ckpt_path))
             restore = functools.partial(checkpoints.restore_early, ckpt_path, early)
             loop = prepare_stage(self, model, data, stage, restore if stage == "fit" else None)
             if stage == "fit":
