@@ -61,7 +61,11 @@ def logged_metrics(state: LoopState) -> dict[str, torch.Tensor]:
     """What the loggers were sent, with this epoch's latest step values for them, as Lightning's
     ``logged_metrics`` (it reads the step's values live, whether or not this step went to a logger),
     under Lightning's names: ``name_step`` for a value logged on step and epoch."""
-    metrics = dict(state.logged_metrics)
+    return nest({**state.logged_metrics, **_train_step_logged(state)})
+
+
+def _train_step_logged(state: LoopState) -> dict[str, torch.Tensor]:
+    metrics: dict[str, torch.Tensor] = {}
     if state.train_results is not None:
         entries = state.train_results.entries
         ended = _epoch_ended(state)
@@ -72,7 +76,16 @@ def logged_metrics(state: LoopState) -> dict[str, torch.Tensor]:
             # value, as Lightning's epoch-end log_metrics updates its logged_metrics (1.9.5 and 2.6 alike)
             if entry.logger and not (ended and name in state.epoch_metrics and name in state.logged_metrics):
                 metrics[name] = step_tensor(value)
-    return nest(metrics)
+    return metrics
+
+
+def keep_step_views(state: LoopState) -> None:
+    """A training epoch has ended: its last step values stay in ``logged_metrics``, the progress bar and
+    ``callback_metrics`` while the next epoch starts (until its steps log them again), as Lightning's three
+    dicts keep what they were last updated with. Before, the next epoch's start showed none of them."""
+    callback_metrics(state)  # (it keeps what it computes)
+    state.logged_metrics.update(_train_step_logged(state))
+    state.bar_step_metrics.update(read_floats(_train_step_bar(state)))
 
 
 def _epoch_ended(state: LoopState) -> bool:
@@ -82,7 +95,16 @@ def _epoch_ended(state: LoopState) -> bool:
 def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     """What ``self.log(..., prog_bar=True)`` logged, as Lightning's: no running ``"loss"`` (Lightning 2
     shows none; 1.x's bar added it from ``get_progress_bar_dict``, which a module may override)."""
-    shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
+    metrics: dict[str, Any] = read_floats(_train_step_bar(state))  # read from the device together: one wait
+    for name, value in state.bar_epoch_metrics.items():
+        metrics.setdefault(name, value)
+    for name, value in state.bar_step_metrics.items():
+        metrics.setdefault(name, value)
+    return nest(metrics)
+
+
+def _train_step_bar(state: LoopState) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
     if state.train_results is not None and state.stage == "fit":
         entries = state.train_results.entries
         ended = _epoch_ended(state)
@@ -91,15 +113,9 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
             name = f"{entry.name or key}_step" if entry.on_epoch else entry.name or key
             # Lightning's names: name_step beside name_epoch where logged for both; once the epoch
             # ended, what the epoch-end hooks logged under the name for the bar replaces the step's
-            if entry.prog_bar and not (ended and name in state.prog_bar_names and name in state.epoch_metrics):
+            if entry.prog_bar and not (ended and name in state.bar_epoch_metrics):
                 shown[name] = value
-    metrics: dict[str, Any] = read_floats(shown)
-    for name, value in state.epoch_metrics.items():
-        if name in state.prog_bar_names:
-            metrics.setdefault(name, value)
-    for name, value in state.eval_bar_metrics.items():
-        metrics.setdefault(name, value)
-    return nest(metrics)
+    return shown
 
 
 class Publisher:
@@ -118,11 +134,15 @@ class Publisher:
         to_logger: bool = True,
         step: int | None = None,
     ) -> dict[str, float]:
-        """Put reduced epoch metrics into callback_metrics (and the loggers, at ``step``: see
-        ``log``); returns them."""
+        """Put reduced epoch metrics (by entry: one per hook and name) into callback_metrics, logged_metrics
+        and the bar (and the loggers, at ``step``: see ``log``); returns them. Each view takes the later
+        entry's value of a key, as Lightning's result collection writes its metrics in order: an entry
+        logged on step and epoch writes ``name`` and ``name_epoch`` into callback_metrics but only
+        ``name_epoch`` into the others, so there an earlier hook's ``name`` stays."""
         state = self.state
         published: dict[str, float] = {}
-        for name, (value, entry) in metrics.items():
+        for each_key, (value, entry) in metrics.items():
+            name = entry.name or each_key
             end = suffix if entry.add_dataloader_idx else ""
             key = f"{name}{end}"
             keys = [key, f"{name}_epoch{end}"] if entry.on_step else [key]
@@ -133,7 +153,7 @@ class Publisher:
                 state.epoch_metrics[each] = value
             (state.wide_metrics.update if entry.wide else state.wide_metrics.difference_update)(keys)
             if entry.prog_bar:
-                state.prog_bar_names.add(keys[-1])
+                state.bar_epoch_metrics[keys[-1]] = value
             if entry.logger:
                 state.logged_metrics[keys[-1]] = metric_tensor(value, wide=entry.wide)
         if to_logger:
@@ -178,7 +198,7 @@ class Publisher:
                 bar[key] = value
         state.logged_metrics.update({name: step_tensor(value) for name, value in logged.items()})
         if bar:  # the sanity check's too, as Lightning's bar shows them while it runs
-            state.eval_bar_metrics.update(read_floats(bar))
+            state.bar_step_metrics.update(read_floats(bar))
         if counter is None:
             return
         counts = state.eval_step_counts.setdefault(counter, {})
@@ -232,7 +252,8 @@ def logger_row(metrics: dict[str, tuple[float, Any]], suffix: str = "") -> dict[
     """What the loggers get of reduced epoch metrics, under Lightning's names; each value as reduced
     (Lightning's value: summed in float32, or float64 where a float64 tensor was logged)."""
     row = {}
-    for name, (value, entry) in metrics.items():
+    for key, (value, entry) in metrics.items():
+        name = entry.name or key
         if entry.logger:
             end = suffix if entry.add_dataloader_idx else ""
             row[f"{name}_epoch{end}" if entry.on_step else f"{name}{end}"] = value

@@ -17,7 +17,7 @@ import torch
 
 from trainmesh.trainer import metric_values
 from trainmesh.trainer.epoch_values import epoch_values, reset_metric_objects
-from trainmesh.trainer.logging_hooks import check_can_log, check_levels
+from trainmesh.trainer.logging_hooks import check_can_log, resolve_levels
 from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
 from trainmesh.trainer.stage_results import LoggedEntry, StageResults
 from trainmesh.utilities.collections import infer_batch_size
@@ -136,7 +136,8 @@ class LogCollector:
         key = name if first is None or first.fx == self.fx else f"{name}\x1f{self.fx}"
         entry = entries.get(key)
         prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx, rank_zero_only = given
-        check_levels(self.fx, on_step, on_epoch)
+        # the running hook's defaults and allowed levels (Lightning's fx validator)
+        on_step, on_epoch = resolve_levels(self.fx, self.hook in _STEP_HOOKS, on_step, on_epoch)
         if entry is None:
             if add_dataloader_idx and "/dataloader_idx_" in name:  # Lightning's check, once per name here
                 raise MisconfigurationException(
@@ -165,17 +166,16 @@ class LogCollector:
         name: str | None,
         prog_bar: bool,
         logger: bool,
-        on_step: bool | None,
-        on_epoch: bool | None,
+        on_step: bool,
+        on_epoch: bool,
         reduce_fx: str,
         sync_dist: bool,
     ) -> LoggedEntry:
-        step_default = self.hook in _STEP_HOOKS
         entry = LoggedEntry(
             prog_bar=prog_bar,
             logger=logger,
-            on_step=step_default if on_step is None else on_step,
-            on_epoch=(not step_default) if on_epoch is None else on_epoch,
+            on_step=on_step,
+            on_epoch=on_epoch,
             reduce_fx=reduce_fx,
             sync_dist=sync_dist,
         )
