@@ -75,7 +75,27 @@ def _modules(base: Any) -> dict[str, Any]:
             super().validation_step(batch, batch_idx)
             self.log("w", self.layer(batch).mean(), on_step=True)
 
+    class StartHooks(Net):  # what the start hooks log, read at once (in the hook itself and the next ones)
+        def _logged(self, hook, value):
+            self.count += 1
+            self.log(hook, value + self.count, prog_bar=True)
+            self.seen.append((hook, self.views(self.trainer)))
+
+        def on_train_start(self):
+            self._logged("on_train_start", 50.0)
+
+        def on_train_epoch_start(self):
+            self._logged("on_train_epoch_start", 100.0)
+
+        def on_validation_start(self):
+            self._logged("on_validation_start", 200.0)
+
+        def on_validation_epoch_start(self):
+            self.seen.append(("before", self.views(self.trainer)))
+            self._logged("on_validation_epoch_start", 300.0)
+
     return {
+        "start_hooks": StartHooks,
         "epoch_start": EpochStart,
         "optimizer_hooks": OptimizerHooks,
         "not_logged": NotLogged,
@@ -123,7 +143,7 @@ def _run(framework: str, case: str, root: str) -> dict[str, Any]:
     trainer = pl.Trainer(
         default_root_dir=root,
         max_epochs=2,
-        num_sanity_val_steps=0,
+        num_sanity_val_steps=1 if case == "start_hooks" else 0,
         log_every_n_steps=1,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -131,20 +151,33 @@ def _run(framework: str, case: str, root: str) -> dict[str, Any]:
         logger=CSVLogger(root),
         callbacks=[Spy()],
     )
-    trainer.fit(_modules(base)[case](), loader, loader)
+    module = _modules(base)[case]()
+    module.seen, module.views = seen, views
+    trainer.fit(module, loader, loader)
+    after = [views(trainer)]
+    if case == "start_hooks":  # a validate() alone reads its start hooks' values at once too
+        trainer.validate(module, loader, verbose=False)
+        after.append(views(trainer))
     (csv,) = glob.glob(f"{root}/**/metrics.csv", recursive=True)
     with open(csv) as rows:
-        return {"seen": seen, "after": views(trainer), "rows": rows.read()}
+        return {"seen": seen, "after": after, "rows": rows.read()}
 
 
-@pytest.mark.parametrize("case", ["epoch_start", "optimizer_hooks", "not_logged", "validation_start"])
+@pytest.mark.parametrize("case", ["start_hooks", "epoch_start", "optimizer_hooks", "not_logged", "validation_start"])
 def test_the_three_views_and_the_rows_are_lightning_s(case, tmp_path):
     lightning = _run("lightning", case, str(tmp_path / "l"))
     ours = _run("trainmesh", case, str(tmp_path / "t"))
     if case == "epoch_start":  # the start hook's value is the bar's and the row's `x`; callback_metrics' the steps'
-        assert lightning["after"][1]["x"] == lightning["after"][2]["x"] == 102.0 != lightning["after"][0]["x"]
+        assert lightning["after"][0][1]["x"] == lightning["after"][0][2]["x"] == 102.0 != lightning["after"][0][0]["x"]
     if case == "validation_start":  # the bar's `v` and `w` are the start hook's, callback_metrics' the steps'
-        assert lightning["after"][2] == {"v": 102.0, "w": 202.0} != {k: lightning["after"][0][k] for k in "vw"}
+        assert lightning["after"][0][2] == {"v": 102.0, "w": 202.0} != {k: lightning["after"][0][0][k] for k in "vw"}
+    if case == "start_hooks":  # the sanity check's start hook reads its own value, a fit's validation does not,
+        # validate() does
+        assert lightning["seen"][0] == ("on_validation_start", ({"on_validation_start": 201.0},) * 3)
+        reads = [
+            views for hook, views in lightning["seen"] if hook == "on_validation_start"
+        ]  # sanity, 2 epochs, validate
+        assert "on_validation_start" not in reads[1][0] and reads[3][0]["on_validation_start"] == 210.0
     assert ours["rows"] == lightning["rows"]
     assert ours["after"] == lightning["after"]
     assert ours["seen"] == lightning["seen"]

@@ -243,10 +243,13 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     with _grad_mode(ctx), evaluation_mode(hooks, state.model, stage):
         state.log_collector.start_stage()  # what `start` and the epoch-start hook log: on epoch, published with
         state.log_collector.set_batch(start, None)  # what the epoch-end hooks log, as Lightning's
+        # (a fit's validation runs while the training epoch's views are step views: not there, as in Lightning)
+        state.log_collector.epoch_view = stage == "sanity_check" or (stage != "predict" and state.stage != "fit")
         hooks.call(start)
         results = (
             [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed, logged)
         )
+        state.log_collector.epoch_view = False
         if stage == "predict":
             state.predict_loop.end()
         hooks.call(end)

@@ -30,6 +30,7 @@ __all__ = ["LogCollector", "LoggedEntry", "Reducer", "StageResults", "reset_metr
 
 # Defaults Lightning users expect: per step while training, per epoch while evaluating.
 _STEP_HOOKS = {"training_step"}
+_STEPS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
 # Once per metric name and process, as Lightning's module-level cache in its result.py (and epoch_values.py's).
 _WARNINGS = WarningCache()
 
@@ -50,6 +51,10 @@ class LogCollector:
         self.hook = "training_step"  # the stage's hook: on_step/on_epoch defaults
         self.fx = "training_step"  # the hook running now (one of the stage's batch hooks: on_train_batch_end, ...)
         self.barebones = False  # Trainer(barebones=True): self.log warns and drops the value (module.py)
+        # Before a run's or a training epoch's first batch (set by the loops; a step hook clears it): a read of
+        # the views shows the epoch values of what the start hooks logged, as Lightning's views compute its
+        # result collection's epoch view when read there (its logger connector's _first_loop_iter None).
+        self.epoch_view = False
         self._batch: Any = None
         self._batch_size: int | None = None
         self._chunk_steps: dict[str, tuple[torch.Tensor, int]] = {}
@@ -84,6 +89,8 @@ class LogCollector:
 
     def set_batch(self, hook: str, batch: Any) -> None:
         self.hook = self.fx = hook
+        if hook in _STEPS:
+            self.epoch_view = False
         self._batch = batch
         self._batch_size = None
         if self._chunk_steps:  # (a split batch's; most steps have none: no new dict each step)
