@@ -13,7 +13,7 @@ from trainmesh.trainer.loop_context import LoopContext
 from trainmesh.trainer.loop_state import LoopState, StoppedInsideEpoch
 from trainmesh.trainer.optimization.runners import epoch_scheduler_due
 from trainmesh.trainer.optimizers import step_scheduler
-from trainmesh.trainer.publishing import callback_metrics, logger_row
+from trainmesh.trainer.publishing import callback_metrics, keep_step_views, logger_row
 from trainmesh.trainer.results import StageResults, reset_metric_objects
 from trainmesh.utilities.exceptions import MisconfigurationException
 
@@ -109,6 +109,7 @@ def run_epoch_end_hooks(ctx: LoopContext, train_results: StageResults, *, cut_sh
     hooks.call_callbacks("on_train_epoch_end", monitoring=True)
     step_epoch_schedulers(state, hooks, cut_short=cut_short, plateau=True)
     loop.epoch_finished = True
+    keep_step_views(state)  # for the next epoch's start, as Lightning's views keep them
     reset_metric_objects(logged)  # after every on_train_epoch_end, as Lightning's update_train_epoch_metrics
 
 

@@ -21,18 +21,19 @@ _WARNINGS = WarningCache()
 def epoch_values(
     results: StageResults, reduce_across: Callable[[torch.Tensor, str], torch.Tensor]
 ) -> dict[str, tuple[float, LoggedEntry]]:
-    """Each epoch-level metric of ``results``: reduced across processes with ``reduce_across`` where
-    logged with ``sync_dist``, else this process's own (Lightning's rule)."""
+    """Each epoch-level metric of ``results`` by its entry's key (one per hook and name, in the order first
+    logged, as Lightning's result collection keeps them; ``entry.name`` names it): reduced across processes
+    with ``reduce_across`` where logged with ``sync_dist``, else this process's own (Lightning's rule)."""
     out: dict[str, tuple[float, LoggedEntry]] = {}
     for key, entry in results.entries.items():
-        name = entry.name or key  # a second hook's value under the same name replaces the first's, as Lightning's
+        name = entry.name or key  # (the views take a later hook's value of the name: publishing.py)
         if not entry.on_epoch:
             continue
         if entry.metric is not None:
             # Lightning computes a logged Metric here and resets it only once its loop's
             # results are done (reset_metric_objects): the epoch-end hooks may still call compute()
             value = entry.metric.compute()
-            out[name] = (float(value), entry)
+            out[key] = (float(value), entry)
             continue
         if entry.total is None:
             continue
@@ -55,7 +56,7 @@ def epoch_values(
             value = reduce(entry.total.clone(), "sum")
         else:
             value = reduce(entry.total.clone(), entry.reduce_fx)
-        out[name] = (float(value), entry)
+        out[key] = (float(value), entry)
     return out
 
 

@@ -93,12 +93,12 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
     before = (
         state.epoch_metrics,
         state.logged_metrics,
-        state.prog_bar_names,
+        state.bar_epoch_metrics,
         state.wide_metrics,
-        state.eval_bar_metrics,
+        state.bar_step_metrics,
     )
-    state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics = {}, {}, set(), set()
-    state.eval_bar_metrics = {}
+    state.epoch_metrics, state.logged_metrics, state.bar_epoch_metrics, state.wide_metrics = {}, {}, {}, set()
+    state.bar_step_metrics = {}
     state.sanity_checking = True
     hooks = ctx.hooks
     try:
@@ -111,8 +111,8 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
         state.progress.fit_validation.clear()  # as Lightning, which counts the fit's validation from here
     finally:
         state.sanity_checking = False
-        state.epoch_metrics, state.logged_metrics, state.prog_bar_names, state.wide_metrics = before[:4]
-        state.eval_bar_metrics = before[4]
+        state.epoch_metrics, state.logged_metrics, state.bar_epoch_metrics, state.wide_metrics = before[:4]
+        state.bar_step_metrics = before[4]
         state.written_metrics, state.computed_metrics = {}, {}  # Lightning's reset_metrics after the check
 
 
@@ -243,10 +243,13 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
     with _grad_mode(ctx), evaluation_mode(hooks, state.model, stage):
         state.log_collector.start_stage()  # what `start` and the epoch-start hook log: on epoch, published with
         state.log_collector.set_batch(start, None)  # what the epoch-end hooks log, as Lightning's
+        # (a fit's validation runs while the training epoch's views are step views: not there, as in Lightning)
+        state.log_collector.epoch_view = stage == "sanity_check" or (stage != "predict" and state.stage != "fit")
         hooks.call(start)
         results = (
             [{} for _ in loaders] if fetcher is None else _run_loop(ctx, stage, loaders, limits, fetcher, owed, logged)
         )
+        state.log_collector.epoch_view = False
         if stage == "predict":
             state.predict_loop.end()
         hooks.call(end)

@@ -79,7 +79,8 @@ def refuse_shared_names(reduced: list[dict[str, Any]]) -> None:
     two loaders; Lightning refuses it, and so does this."""
     seen: set[str] = set()
     for metrics in reduced:
-        for name, (_, entry) in metrics.items():
+        for key, (_, entry) in metrics.items():
+            name = entry.name or key
             if entry.add_dataloader_idx:
                 continue
             if name in seen:
@@ -99,30 +100,27 @@ def publish_epoch(
     Lightning's); the loggers get none of the sanity check's. Each loader's results as Lightning
     returns them: its own values and the hooks', in Lightning's order (``before_batches``: the ids
     of the entries the start hooks logged)."""
-    own, row = [], {}
+    # Lightning's views and results are its result collection's metrics in order: with one loader, the
+    # start hooks' entries first, then the steps', then the epoch-end hooks'; with several, each loader's,
+    # then the hooks'. Each view keeps the later entry's value of a key: a name the start hooks and the
+    # steps both log reads the steps' value where the steps write it (callback_metrics always; the results,
+    # the row and the bar where logged on epoch only and for them), the start hook's elsewhere.
+    first = {key: value for key, value in late.items() if len(reduced) == 1 and id(value[1]) in before_batches}
+    own, row = [], logger_row(first)
     for loader_idx, metrics in enumerate(reduced):
         suffix = loader_suffix(loader_idx, reduced)
         own.append(ctx.publisher.epoch_metrics(metrics, suffix=suffix, to_logger=False) if shown else {})
         row.update(logger_row(metrics, suffix))
-    if len(reduced) == 1:  # a name the start hooks and the steps both log on epoch: the steps' value, as
-        # Lightning's metrics take its result collection's later entry of the name (a forked name aside)
-        late = {k: v for k, v in late.items() if not (id(v[1]) in before_batches and _epoch_only(reduced[0].get(k)))}
-    # Lightning's results dict is its result collection's order: with one loader, the order of the
-    # first log calls (the start hooks' names first); with several, each loader's names, then the hooks'
-    first = {name: value for name, value in late.items() if len(reduced) == 1 and id(value[1]) in before_batches}
     leading = ctx.publisher.epoch_metrics(first, to_logger=False)
-    if shown and first:  # the steps' forked value of such a name is later in Lightning's collection: it
-        # keeps callback_metrics[name] (the start hook's stays in the results and the row, as `name`)
-        ctx.publisher.epoch_metrics({k: v for k, v in reduced[0].items() if k in first}, to_logger=False)
-    shared = ctx.publisher.epoch_metrics({k: v for k, v in late.items() if k not in first}, to_logger=False)
-    row.update(logger_row(late))
+    if shown and first:  # the steps' entries of those names are later in Lightning's collection
+        names = {entry.name or key for key, (_, entry) in first.items()}
+        ctx.publisher.epoch_metrics({k: v for k, v in reduced[0].items() if (v[1].name or k) in names}, to_logger=False)
+    rest = {key: value for key, value in late.items() if key not in first}
+    shared = ctx.publisher.epoch_metrics(rest, to_logger=False)
+    row.update(logger_row(rest))
     ctx.publisher.log(row)  # one row for all loaders, as Lightning's
-    # (the hooks' value wins, as before; a 1.x module's nested metric as one dict)
-    return [nest_results({**leading, **values, **shared, **leading}) for values in own]
-
-
-def _epoch_only(logged: tuple[float, Any] | None) -> bool:
-    return logged is not None and not logged[1].on_step
+    # (a 1.x module's nested metric as one dict)
+    return [nest_results({**leading, **values, **shared}) for values in own]
 
 
 def step_counter(ctx: LoopContext, stage: str) -> str | None:

@@ -72,6 +72,7 @@ def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None
     if not opened.mid_epoch_resume:  # what on_train_start logs is the first epoch's (Lightning's), on epoch
         state.log_collector.start_stage()
     state.log_collector.set_batch("on_train_start", None)
+    state.log_collector.epoch_view = True  # until the first batch, as Lightning's views (results.py)
     hooks.call("on_train_start")
     with ctx.runtime.supervision.watching(processes=ctx.runtime.world_size):  # supervision/watchdog.py
         try:
@@ -121,6 +122,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: OpenedE
         state.loop.epoch_not_started = False
         progress.epochs.ready()
         log_collector.set_batch("on_train_epoch_start", None)  # what it logs defaults to on_epoch (Lightning's)
+        log_collector.epoch_view = True  # until the first batch, as Lightning's views (results.py)
         hooks.call("on_train_epoch_start")
         progress.epochs.started()
         refuse_sequential_training(loader)

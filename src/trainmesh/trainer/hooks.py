@@ -90,13 +90,13 @@ class HookDispatcher:
         ``fx``): what it logs is checked as Lightning's fx validator checks that hook's."""
         method = self.module_method(hook)
 
-        def run(*args: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
             collector = getattr(self._module, "_log_collector", None)
             outer = None if collector is None else collector.fx
             if collector is not None:
                 collector.fx = hook
             try:
-                return method(*args)
+                return method(*args, **kwargs)
             finally:
                 if collector is not None:
                     collector.fx = outer

@@ -71,41 +71,87 @@ def check_can_log(hook: str, fx: str) -> None:
         )
 
 
-# The hooks whose values Lightning logs once per epoch only (its _FxValidator allows on_step False and
-# on_epoch True there, 2.6.6 and 1.9.5 alike; 1.x's *_epoch_end(outputs) hooks too)
-EPOCH_ONLY = frozenset(
-    {
-        "on_train_start",
-        "on_validation_start",
-        "on_test_start",
-        "on_train_epoch_start",
-        "on_train_epoch_end",
-        "on_validation_epoch_start",
-        "on_validation_epoch_end",
-        "on_test_epoch_start",
-        "on_test_epoch_end",
-        "training_epoch_end",
-        "validation_epoch_end",
-        "test_epoch_end",
-    }
-)
+# Where a hook may log and what it logs by default, as Lightning's _FxValidator table (2.6.6; 1.9.5's
+# *_step_end and *_epoch_end hooks of 1.x programs too): (allowed on_step, allowed on_epoch, default
+# on_step, default on_epoch). The hooks of NO_LOGGING refuse self.log; a hook in neither logs with its
+# stage's defaults (per step in training_step's stage, per epoch in evaluation).
+_STEP = ((False, True), (False, True), True, False)
+_EPOCH = ((False, True), (False, True), False, True)
+_EPOCH_ONLY = ((False,), (True,), False, True)
+LEVELS: dict[str, tuple[tuple[bool, ...], tuple[bool, ...], bool, bool]] = {
+    **dict.fromkeys(
+        (
+            "on_before_backward",
+            "backward",
+            "on_after_backward",
+            "on_before_optimizer_step",
+            "optimizer_step",
+            "configure_gradient_clipping",
+            "clip_gradients",
+            "on_before_zero_grad",
+            "optimizer_zero_grad",
+            "on_train_batch_start",
+            "on_train_batch_end",
+            "training_step",
+            "training_step_end",
+        ),
+        _STEP,
+    ),
+    **dict.fromkeys(
+        (
+            "on_validation_batch_start",
+            "on_validation_batch_end",
+            "on_test_batch_start",
+            "on_test_batch_end",
+            "validation_step",
+            "test_step",
+            "validation_step_end",
+            "test_step_end",
+        ),
+        _EPOCH,
+    ),
+    **dict.fromkeys(
+        (
+            "on_train_start",
+            "on_validation_start",
+            "on_test_start",
+            "on_train_epoch_start",
+            "on_train_epoch_end",
+            "on_validation_epoch_start",
+            "on_validation_epoch_end",
+            "on_test_epoch_start",
+            "on_test_epoch_end",
+            "training_epoch_end",
+            "validation_epoch_end",
+            "test_epoch_end",
+        ),
+        _EPOCH_ONLY,
+    ),
+}
 
 
-def check_levels(fx: str, on_step: bool | None, on_epoch: bool | None) -> None:
-    """Raise Lightning's error for ``self.log(on_step=True)`` or ``self.log(on_epoch=False)`` in a hook
-    of :data:`EPOCH_ONLY` (``fx``: the hook running), where Lightning has no step to log the value at.
+def resolve_levels(fx: str, stage_step: bool, on_step: bool | None, on_epoch: bool | None) -> tuple[bool, bool]:
+    """``on_step`` and ``on_epoch`` of a ``self.log`` call in the hook ``fx``: those given, else the hook's
+    defaults (``stage_step``: per step, for a hook Lightning's table does not name); Lightning's error where
+    the hook allows no such level (an epoch hook has no step to log at).
 
-    >>> check_levels("on_train_epoch_start", None, None)
-    >>> check_levels("on_train_epoch_start", True, True)
+    >>> resolve_levels("on_train_epoch_start", True, None, None)
+    (False, True)
+    >>> resolve_levels("on_train_epoch_start", True, True, None)
     Traceback (most recent call last):
     ...
     trainmesh.utilities.exceptions.MisconfigurationException: You can't `self.log(on_step=True)` inside `on_train_epoch_start`, must be one of (False,). Log it in a batch hook (training_step, on_train_batch_end, ...) for a value per step, or leave on_step unset here
     """
-    if fx not in EPOCH_ONLY:
-        return
-    for name, value, allowed in (("on_step", on_step, False), ("on_epoch", on_epoch, True)):
-        if value is not None and value != allowed:
-            raise MisconfigurationException(
-                f"You can't `self.log({name}={value})` inside `{fx}`, must be one of ({allowed},). Log it in a "
+    levels = LEVELS.get(fx)
+    if levels is None:
+        return (stage_step if on_step is None else on_step), ((not stage_step) if on_epoch is None else on_epoch)
+    allowed_step, allowed_epoch, default_step, default_epoch = levels
+    on_step = default_step if on_step is None else on_step
+    on_epoch = default_epoch if on_epoch is None else on_epoch
+    for name, value, allowed in (("on_step", on_step, allowed_step), ("on_epoch", on_epoch, allowed_epoch)):
+        if value not in allowed:
+            raise MisconfigurationException(  # Lightning's words, then how to fix it
+                f"You can't `self.log({name}={value})` inside `{fx}`, must be one of {allowed}. Log it in a "
                 f"batch hook (training_step, on_train_batch_end, ...) for a value per step, or leave {name} unset here"
             )
+    return on_step, on_epoch

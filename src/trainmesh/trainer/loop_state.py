@@ -150,9 +150,12 @@ class LoopState:
     computed_metrics: dict[str, Any] = field(default_factory=dict)
     # The epoch_metrics whose value Lightning gives as float64 (a float64 tensor was logged), not float32.
     wide_metrics: set[str] = field(default_factory=set)
-    prog_bar_names: set[str] = field(default_factory=set)
-    # The progress bar's values of evaluation steps (on_step=True, prog_bar=True), by Lightning's names.
-    eval_bar_metrics: dict[str, float] = field(default_factory=dict)
+    # The progress bar's epoch values (prog_bar=True), by Lightning's names: each the last one logged
+    # for the bar under that name (callback_metrics may hold a later hook's value not logged for the bar).
+    bar_epoch_metrics: dict[str, float] = field(default_factory=dict)
+    # The progress bar's step values kept beyond their loop, as Lightning's bar dict keeps them: evaluation
+    # steps' (on_step=True, prog_bar=True), and a training epoch's last step's once the next epoch starts.
+    bar_step_metrics: dict[str, float] = field(default_factory=dict)
     # Lightning's count of each evaluation loop's batches per loader ("fit": the fit's validation,
     # counted on across its runs until its loaders are asked for again; "validate", "test": per call):
     # the step the loggers get a validation/test step's values at.
@@ -199,9 +202,9 @@ class LoopState:
         """Each run starts with no metrics, as Lightning's (its reset_metrics before the strategy's
         setup): after a fit, validate/test hold their own values only; each run asks for its loaders
         afresh (Lightning's attach_dataloaders)."""
-        self.train_results, self.prog_bar_names, self.wide_metrics = None, set(), set()
+        self.train_results, self.bar_epoch_metrics, self.wide_metrics = None, {}, set()
         self.epoch_metrics, self.logged_metrics, self.written_metrics = {}, {}, {}
-        self.computed_metrics, self.eval_bar_metrics = {}, {}
+        self.computed_metrics, self.bar_step_metrics = {}, {}
         self.stage_loaders, self.stage_shapes = {}, {}
 
     def set_batch_count(self, stage: str, count: int | float) -> None:

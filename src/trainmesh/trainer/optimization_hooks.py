@@ -50,9 +50,10 @@ def with_backward_hooks(hooks: Any, runtime: Any) -> Callable[..., None]:
     if not (before or after or custom):
         backward: Callable[..., None] = runtime.trainer_port.loss_backward
         return backward
-    # the module's backward through the dispatcher: Lightning 1.x's backward(loss, optimizer, optimizer_idx) too
+    # the module's backward through the dispatcher (Lightning 1.x's backward(loss, optimizer, optimizer_idx) too),
+    # run as "backward": what it logs is that hook's, as in Lightning
     return _HookedBackward(
-        hooks, runtime, hooks.module_method("backward") if custom else None, before=before, after=after
+        hooks, runtime, hooks.module_hook("backward") if custom else None, before=before, after=after
     )
 
 

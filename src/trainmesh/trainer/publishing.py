@@ -8,8 +8,10 @@ import torch
 
 from trainmesh.hyperparameters import hyperparameters_to_log
 from trainmesh.nested_metrics import nest
+from trainmesh.trainer.epoch_values import epoch_values
 from trainmesh.trainer.loop_state import LoopState
 from trainmesh.trainer.metric_values import metric_tensor, read_floats, step_tensor
+from trainmesh.trainer.stage_results import StageResults
 
 
 def callback_metrics(state: LoopState) -> dict[str, Any]:
@@ -21,6 +23,7 @@ def callback_metrics(state: LoopState) -> dict[str, Any]:
     it loads it back with ``torch.load(weights_only=True)``). Step values are handed out as the
     tensors logged, so reading them here costs no device sync either.
     """
+    _show_running_epoch(state)
     shown = state.written_metrics
     computed = nest(_logged_values(state))
     # Only updated, as Lightning's (``_callback_metrics.update``, emptied only where a run or the sanity
@@ -61,7 +64,33 @@ def logged_metrics(state: LoopState) -> dict[str, torch.Tensor]:
     """What the loggers were sent, with this epoch's latest step values for them, as Lightning's
     ``logged_metrics`` (it reads the step's values live, whether or not this step went to a logger),
     under Lightning's names: ``name_step`` for a value logged on step and epoch."""
-    metrics = dict(state.logged_metrics)
+    _show_running_epoch(state)
+    return nest({**state.logged_metrics, **_train_step_logged(state)})
+
+
+def _show_running_epoch(state: LoopState) -> None:
+    """Read before a run's first batch (the log collector's ``epoch_view``), the views show the epoch values
+    of what its start hooks logged so far, as Lightning's compute its running result collection's epoch view
+    when read (its ``_first_loop_iter`` None): in the hook that logged them already, and in the next ones.
+    Not a value that needs the other processes (``sync_dist``, a torchmetrics object, under several): a
+    read on one rank only (the progress bar's) would wait for the others; those are shown at the epoch's end.
+    """
+    collector = state.log_collector
+    if collector.epoch_view and collector.results.entries:
+        local = StageResults()
+        several = collector.world_size > 1
+        for key, entry in collector.results.entries.items():
+            if not (several and (entry.sync_dist or entry.metric is not None)):
+                local.entries[key] = entry
+        show_epoch_values(state, epoch_values(local, _no_reduction))
+
+
+def _no_reduction(value: torch.Tensor, op: str) -> torch.Tensor:
+    return value  # (only entries of this process's own values reach it)
+
+
+def _train_step_logged(state: LoopState) -> dict[str, torch.Tensor]:
+    metrics: dict[str, torch.Tensor] = {}
     if state.train_results is not None:
         entries = state.train_results.entries
         ended = _epoch_ended(state)
@@ -72,7 +101,16 @@ def logged_metrics(state: LoopState) -> dict[str, torch.Tensor]:
             # value, as Lightning's epoch-end log_metrics updates its logged_metrics (1.9.5 and 2.6 alike)
             if entry.logger and not (ended and name in state.epoch_metrics and name in state.logged_metrics):
                 metrics[name] = step_tensor(value)
-    return nest(metrics)
+    return metrics
+
+
+def keep_step_views(state: LoopState) -> None:
+    """A training epoch has ended: its last step values stay in ``logged_metrics``, the progress bar and
+    ``callback_metrics`` while the next epoch starts (until its steps log them again), as Lightning's three
+    dicts keep what they were last updated with. Before, the next epoch's start showed none of them."""
+    callback_metrics(state)  # (it keeps what it computes)
+    state.logged_metrics.update(_train_step_logged(state))
+    state.bar_step_metrics.update(read_floats(_train_step_bar(state)))
 
 
 def _epoch_ended(state: LoopState) -> bool:
@@ -82,7 +120,17 @@ def _epoch_ended(state: LoopState) -> bool:
 def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
     """What ``self.log(..., prog_bar=True)`` logged, as Lightning's: no running ``"loss"`` (Lightning 2
     shows none; 1.x's bar added it from ``get_progress_bar_dict``, which a module may override)."""
-    shown: dict[str, Any] = {}  # read from the device together: one wait, not one per value
+    _show_running_epoch(state)
+    metrics: dict[str, Any] = read_floats(_train_step_bar(state))  # read from the device together: one wait
+    for name, value in state.bar_epoch_metrics.items():
+        metrics.setdefault(name, value)
+    for name, value in state.bar_step_metrics.items():
+        metrics.setdefault(name, value)
+    return nest(metrics)
+
+
+def _train_step_bar(state: LoopState) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
     if state.train_results is not None and state.stage == "fit":
         entries = state.train_results.entries
         ended = _epoch_ended(state)
@@ -91,15 +139,31 @@ def progress_bar_metrics(state: LoopState) -> dict[str, Any]:
             name = f"{entry.name or key}_step" if entry.on_epoch else entry.name or key
             # Lightning's names: name_step beside name_epoch where logged for both; once the epoch
             # ended, what the epoch-end hooks logged under the name for the bar replaces the step's
-            if entry.prog_bar and not (ended and name in state.prog_bar_names and name in state.epoch_metrics):
+            if entry.prog_bar and not (ended and name in state.bar_epoch_metrics):
                 shown[name] = value
-    metrics: dict[str, Any] = read_floats(shown)
-    for name, value in state.epoch_metrics.items():
-        if name in state.prog_bar_names:
-            metrics.setdefault(name, value)
-    for name, value in state.eval_bar_metrics.items():
-        metrics.setdefault(name, value)
-    return nest(metrics)
+    return shown
+
+
+def show_epoch_values(state: LoopState, metrics: dict[str, tuple[float, Any]], suffix: str = "") -> dict[str, float]:
+    """``Publisher.epoch_metrics`` without the loggers: the views' part, which a read of a view before
+    the first batch does too (``_show_running_epoch``)."""
+    published: dict[str, float] = {}
+    for each_key, (value, entry) in metrics.items():
+        name = entry.name or each_key
+        end = suffix if entry.add_dataloader_idx else ""
+        key = f"{name}{end}"
+        keys = [key, f"{name}_epoch{end}"] if entry.on_step else [key]
+        if entry.logger:  # what trainer.validate/test return: Lightning's logged metrics (name_epoch where
+            # logged on step too), each value in Lightning's dtype, as its .item() gives it
+            published[keys[-1]] = float(metric_tensor(value, wide=entry.wide))
+        for each in keys:
+            state.epoch_metrics[each] = value
+        (state.wide_metrics.update if entry.wide else state.wide_metrics.difference_update)(keys)
+        if entry.prog_bar:
+            state.bar_epoch_metrics[keys[-1]] = value
+        if entry.logger:
+            state.logged_metrics[keys[-1]] = metric_tensor(value, wide=entry.wide)
+    return published
 
 
 class Publisher:
@@ -118,24 +182,12 @@ class Publisher:
         to_logger: bool = True,
         step: int | None = None,
     ) -> dict[str, float]:
-        """Put reduced epoch metrics into callback_metrics (and the loggers, at ``step``: see
-        ``log``); returns them."""
-        state = self.state
-        published: dict[str, float] = {}
-        for name, (value, entry) in metrics.items():
-            end = suffix if entry.add_dataloader_idx else ""
-            key = f"{name}{end}"
-            keys = [key, f"{name}_epoch{end}"] if entry.on_step else [key]
-            if entry.logger:  # what trainer.validate/test return: Lightning's logged metrics (name_epoch where
-                # logged on step too), each value in Lightning's dtype, as its .item() gives it
-                published[keys[-1]] = float(metric_tensor(value, wide=entry.wide))
-            for each in keys:
-                state.epoch_metrics[each] = value
-            (state.wide_metrics.update if entry.wide else state.wide_metrics.difference_update)(keys)
-            if entry.prog_bar:
-                state.prog_bar_names.add(keys[-1])
-            if entry.logger:
-                state.logged_metrics[keys[-1]] = metric_tensor(value, wide=entry.wide)
+        """Put reduced epoch metrics (by entry: one per hook and name) into callback_metrics, logged_metrics
+        and the bar (and the loggers, at ``step``: see ``log``); returns them. Each view takes the later
+        entry's value of a key, as Lightning's result collection writes its metrics in order: an entry
+        logged on step and epoch writes ``name`` and ``name_epoch`` into callback_metrics but only
+        ``name_epoch`` into the others, so there an earlier hook's ``name`` stays."""
+        published = show_epoch_values(self.state, metrics, suffix)
         if to_logger:
             self.log(logger_row(metrics, suffix), step=step)
         return published
@@ -178,7 +230,7 @@ class Publisher:
                 bar[key] = value
         state.logged_metrics.update({name: step_tensor(value) for name, value in logged.items()})
         if bar:  # the sanity check's too, as Lightning's bar shows them while it runs
-            state.eval_bar_metrics.update(read_floats(bar))
+            state.bar_step_metrics.update(read_floats(bar))
         if counter is None:
             return
         counts = state.eval_step_counts.setdefault(counter, {})
@@ -232,7 +284,8 @@ def logger_row(metrics: dict[str, tuple[float, Any]], suffix: str = "") -> dict[
     """What the loggers get of reduced epoch metrics, under Lightning's names; each value as reduced
     (Lightning's value: summed in float32, or float64 where a float64 tensor was logged)."""
     row = {}
-    for name, (value, entry) in metrics.items():
+    for key, (value, entry) in metrics.items():
+        name = entry.name or key
         if entry.logger:
             end = suffix if entry.add_dataloader_idx else ""
             row[f"{name}_epoch{end}" if entry.on_step else f"{name}{end}"] = value

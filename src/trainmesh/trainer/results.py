@@ -17,7 +17,7 @@ import torch
 
 from trainmesh.trainer import metric_values
 from trainmesh.trainer.epoch_values import epoch_values, reset_metric_objects
-from trainmesh.trainer.logging_hooks import check_can_log, check_levels
+from trainmesh.trainer.logging_hooks import check_can_log, resolve_levels
 from trainmesh.trainer.metric_values import as_scalar, as_tensor, is_metric_object, lightning_dtype, read_floats
 from trainmesh.trainer.stage_results import LoggedEntry, StageResults
 from trainmesh.utilities.collections import infer_batch_size
@@ -30,6 +30,7 @@ __all__ = ["LogCollector", "LoggedEntry", "Reducer", "StageResults", "reset_metr
 
 # Defaults Lightning users expect: per step while training, per epoch while evaluating.
 _STEP_HOOKS = {"training_step"}
+_STEPS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
 # Once per metric name and process, as Lightning's module-level cache in its result.py (and epoch_values.py's).
 _WARNINGS = WarningCache()
 
@@ -50,6 +51,10 @@ class LogCollector:
         self.hook = "training_step"  # the stage's hook: on_step/on_epoch defaults
         self.fx = "training_step"  # the hook running now (one of the stage's batch hooks: on_train_batch_end, ...)
         self.barebones = False  # Trainer(barebones=True): self.log warns and drops the value (module.py)
+        # Before a run's or a training epoch's first batch (set by the loops; a step hook clears it): a read of
+        # the views shows the epoch values of what the start hooks logged, as Lightning's views compute its
+        # result collection's epoch view when read there (its logger connector's _first_loop_iter None).
+        self.epoch_view = False
         self._batch: Any = None
         self._batch_size: int | None = None
         self._chunk_steps: dict[str, tuple[torch.Tensor, int]] = {}
@@ -84,6 +89,8 @@ class LogCollector:
 
     def set_batch(self, hook: str, batch: Any) -> None:
         self.hook = self.fx = hook
+        if hook in _STEPS:
+            self.epoch_view = False
         self._batch = batch
         self._batch_size = None
         if self._chunk_steps:  # (a split batch's; most steps have none: no new dict each step)
@@ -136,7 +143,8 @@ class LogCollector:
         key = name if first is None or first.fx == self.fx else f"{name}\x1f{self.fx}"
         entry = entries.get(key)
         prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx, rank_zero_only = given
-        check_levels(self.fx, on_step, on_epoch)
+        # the running hook's defaults and allowed levels (Lightning's fx validator)
+        on_step, on_epoch = resolve_levels(self.fx, self.hook in _STEP_HOOKS, on_step, on_epoch)
         if entry is None:
             if add_dataloader_idx and "/dataloader_idx_" in name:  # Lightning's check, once per name here
                 raise MisconfigurationException(
@@ -165,17 +173,16 @@ class LogCollector:
         name: str | None,
         prog_bar: bool,
         logger: bool,
-        on_step: bool | None,
-        on_epoch: bool | None,
+        on_step: bool,
+        on_epoch: bool,
         reduce_fx: str,
         sync_dist: bool,
     ) -> LoggedEntry:
-        step_default = self.hook in _STEP_HOOKS
         entry = LoggedEntry(
             prog_bar=prog_bar,
             logger=logger,
-            on_step=step_default if on_step is None else on_step,
-            on_epoch=(not step_default) if on_epoch is None else on_epoch,
+            on_step=on_step,
+            on_epoch=on_epoch,
             reduce_fx=reduce_fx,
             sync_dist=sync_dist,
         )

@@ -173,6 +173,8 @@ class OptimizerSteps:
         """One optimizer's ``optimizer_step`` (the module's, or Lightning's default where None) with a
         closure that trains (where ``train``) and closes the window."""
         state = self.ctx.state
+        if train is not None and optimizer_step is not None:  # (Lightning's default step logs nothing)
+            train = _as_training_step(state.log_collector, train)
         closure = OptimizerClosure(
             train, self.close_window, last_loss=lambda: state.loop.last_loss, divisor=self.accumulate
         )
@@ -243,5 +245,23 @@ class OptimizerSteps:
 
 
 def _module_hook(ctx: LoopContext, hook: str) -> Callable[..., Any] | None:
-    """The module's ``hook`` through the dispatcher (arguments from its signature); None where it has none."""
-    return ctx.hooks.module_method(hook) if hasattr(ctx.state.module, hook) else None
+    """The module's ``hook`` through the dispatcher (arguments from its signature); None where it has none.
+    The module's own runs as that hook: what it logs is that hook's metric, as Lightning names it (its fx
+    validator's rules); the base class's default logs nothing, so it is called directly (no wrapper per step)."""
+    if not hasattr(ctx.state.module, hook):
+        return None
+    return ctx.hooks.module_hook(hook) if ctx.hooks.module_overrides(hook) else ctx.hooks.module_method(hook)
+
+
+def _as_training_step(collector: Any, train: Callable[[], StepResult]) -> Callable[[], StepResult]:
+    """``train`` run as ``training_step`` (the log collector's hook) from inside ``optimizer_step``'s
+    closure: what training_step logs is its own metric, not optimizer_step's, as in Lightning."""
+
+    def run() -> StepResult:
+        outer, collector.fx = collector.fx, "training_step"
+        try:
+            return train()
+        finally:
+            collector.fx = outer
+
+    return run
