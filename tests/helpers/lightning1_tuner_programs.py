@@ -154,6 +154,26 @@ def tune_then_fit(pl, **finders) -> dict:
         }
 
 
+def tuner_built(pl) -> dict:
+    """A program's own ``Tuner(trainer)`` (1.x's ``pytorch_lightning.tuner.tuning.Tuner``) on a Trainer spelled
+    for 1.x (``gpus=0``): ``scale_batch_size(max_trials=2)``, then ``lr_find`` with its default ``update_attr``."""
+    calls: list = []
+    pl.seed_everything(0)
+    tuner_class = importlib.import_module(f"{pl.__name__}.tuner.tuning").Tuner
+    with tempfile.TemporaryDirectory() as root:
+        trainer = _trainer(pl, root, gpus=0)
+        model = _module(pl, calls)
+        tuner = tuner_class(trainer)
+        found = tuner.scale_batch_size(model, max_trials=2)
+        finder = tuner.lr_find(model, num_training=18)
+        return {
+            "found": found,
+            "suggestion": finder.suggestion(),
+            "state": _state(trainer, model, root),
+            "weights": _weights(model),
+        }
+
+
 def measure(root: str) -> dict:
     pl = importlib.import_module(root)
     return {
@@ -162,4 +182,5 @@ def measure(root: str) -> dict:
         "lr_find": lr_find(pl, num_training=18, max_lr=50.0, early_stop_threshold=None),
         "lr_find_update": lr_find(pl, num_training=18, min_lr=1e-4, max_lr=0.5, mode="linear", update_attr=True),
         "tune_both": tune_then_fit(pl, auto_lr_find=True, auto_scale_batch_size="binsearch"),
+        "tuner_built": tuner_built(pl),
     }

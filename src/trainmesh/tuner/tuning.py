@@ -40,7 +40,16 @@ class Trainer(Protocol):
 
 
 class Tuner:
-    """Tunes a Trainer's run: ``Tuner(trainer).lr_find(model, train_dataloaders)``."""
+    """Tunes a Trainer's run: ``Tuner(trainer).lr_find(model, train_dataloaders)``. On a Trainer spelled for
+    Lightning 1.x (``Trainer(gpus=0)``, ``from_argparse_args``: 1.9.5 its only owner) ``Tuner(trainer)`` is
+    1.9.5's, as its ``trainer.tuner`` (lightning1/tuner.py: 1.9.5's search rules and defaults)."""
+
+    def __new__(cls, trainer: Trainer) -> Tuner:
+        lightning1 = getattr(trainer, "_lightning1", None)  # (the Trainer's 1.x arguments: lightning1/one_run.py)
+        if cls is Tuner and lightning1 is not None and lightning1.spelled:
+            tuner: Tuner = getattr(trainer, "tuner")  # noqa: B009  # 1.9.5's Tuner of a 1.x Trainer (trainer_members.py)
+            return tuner
+        return super().__new__(cls)
 
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer

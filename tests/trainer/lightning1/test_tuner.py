@@ -77,3 +77,11 @@ def test_a_checkpoint_after_a_1x_tune_lands_in_the_run_s_logger_folder_as_1_9_5(
     recorded = json.loads((Path(__file__).parents[2] / "helpers" / "lightning_1_9_more_programs.json").read_text())
     got = lightning1_more_programs.checkpoint_folder_after_tune(trainmesh)
     assert got == recorded["measured"]["checkpoint_folder_after_tune"]
+
+
+def test_a_program_s_own_tuner_on_a_1x_trainer_searches_as_1_9_5():
+    """``Tuner(trainer)`` built by the program (1.x's ``pytorch_lightning.tuner.tuning.Tuner``) on a Trainer
+    spelled for 1.x: 1.9.5's searches, as ``trainer.tuner``. Before, Lightning 2.6's: ``max_trials=2`` found 4
+    where 1.9.5 finds 8, and ``lr_find`` wrote its suggestion to ``model.lr`` (1.9.5's default
+    ``update_attr=False`` leaves it); a published-style program then trained on batch 8 where 1.9.5's on 16."""
+    assert _run("tuner_built") == RECORDED["tuner_built"]
