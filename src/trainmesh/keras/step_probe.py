@@ -69,9 +69,11 @@ from trainmesh.keras import (
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import by_hand
+from trainmesh.keras.batches import is_batches
 from trainmesh.keras.optimizers import keras_classes_with_apply
 from trainmesh.keras.own_forward import forward_of_its_own, own
 from trainmesh.keras.own_forward import own_override as _own_override
+from trainmesh.keras.probe_data import batch_rows
 from trainmesh.keras.probe_data import first_batch as _first_batch
 from trainmesh.keras.probe_reasons import relation, step_reason
 from trainmesh.keras.probe_restorer import Restorer
@@ -407,7 +409,8 @@ def refusal(  # noqa: PLR0913 -- the data as fit takes it, the run's size
     if world == 1 or not (needs_probe(model) or own_test) or not all(layer.built for layer in model._flatten_layers()):
         return None
     fit_data = (x, y, sample_weight, class_weight)
-    return probe_sizes.at_run_sizes(lambda samples: _probed(model, fit_data, world, samples), model, world, batch_size)
+    each = batch_size if batch_size is not None or not is_batches(x) else functools.partial(batch_rows, x)
+    return probe_sizes.at_run_sizes(lambda samples: _probed(model, fit_data, world, samples), model, world, each)
 
 
 def _probed(model: Any, fit_data: tuple[Any, Any, Any, Any], world: int, samples: int) -> str | None:
