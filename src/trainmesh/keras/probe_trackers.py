@@ -124,12 +124,12 @@ def _drew(model: Any, restorer: Restorer) -> bool:
     return moved or not torch.equal(torch.get_rng_state(), restorer.generators[0])
 
 
-def reason(differs: TrackerDiffers, world: int, samples: int) -> str:
+def reason(differs: TrackerDiffers, world: int, samples: int, fit: bool = True) -> str:
     name, expected, found, step = differs.name, differs.expected, differs.found, differs.step
     show = (lambda t: f"{float(t[0]):.6g}") if expected.numel() == 1 else (lambda t: str(t.tolist()))
     return (
         f"the metric {name!r} that the model's own {step} updates by hand reads {show(expected)} on the first "
-        f"{samples} samples of the training data, and {show(found)} from its states on each half of them summed, "
+        f"{samples} samples of the {'training' if fit else 'evaluated'} data, and {show(found)} from its states on each half of them summed, "
         f"as trainmesh.keras sums each metric's state over the processes: the value the step gives it is not a "
         "mean over the batch's samples (a ratio of the batch's sums, as sum(acc * mask) / sum(mask), or a batch "
         f"statistic). Under {world} processes each process computes that value on its part of every global batch, "
