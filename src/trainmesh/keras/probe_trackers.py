@@ -96,10 +96,12 @@ def refuse_test_step(model: Any, data: Any, limit: float) -> None:
     count = len(keras.tree.flatten(data)[0])
     half = count // 2
     parts = [keras.tree.map_structure(lambda leaf, s=s: leaf[s], data) for s in (slice(0, half), slice(half, None))]
-    restorer, runs, counts = Restorer(model), [states(metrics)], masked_counts.CountTape()
+    restorer, counts = Restorer(model), masked_counts.CountTape()
     try:
+        runs = [_reset(metrics)]  # from fresh states, as Keras' evaluate and each epoch start (not a fit's last)
         for index, part in enumerate([data, *parts]):
             restorer.restore()
+            _reset(metrics)
             if index:  # a loss Keras reduces over a mask: the whole batch's count, as the run divides by the global
                 counts.replay(half if index == 1 else count - half, count)
             with torch.no_grad(), masked_counts.counted_alike(counts):
@@ -113,6 +115,15 @@ def refuse_test_step(model: Any, data: Any, limit: float) -> None:
     finally:
         restorer.restore()
     refuse_differing(metrics, runs[0], runs[1], runs[2:], limit, "test_step")
+
+
+def _reset(metrics: list[Any]) -> States:
+    """The metrics' states reset (the probe restores them after): before, a ``tk.evaluate`` after a fit probed
+    from the fit's last states, and a tracker of a mean loss was refused (its halves' states summed count
+    those states twice)."""
+    for metric in metrics:
+        metric.reset_state()
+    return states(metrics)
 
 
 def _drew(model: Any, restorer: Restorer) -> bool:
