@@ -481,6 +481,54 @@ def run_ddp(out: str) -> None:
         result = {"error": str(error)}
     torch.save(result, os.path.join(out, f"uneven_test_logs.rank{rank}"))
     torch.save(rank_callbacks(rank), os.path.join(out, f"rank_callbacks.rank{rank}"))
+    for fed in ("ratio", "weighted"):  # tk.evaluate with no fit before it
+        model, x, y = masked_tagger(fed)
+        try:
+            result = tk.evaluate(model, x, y, batch_size=BATCH, verbose=0, return_dict=True, strategy="ddp", devices=2)
+        except ValueError as error:
+            result = {"error": str(error)}
+        torch.save(result, os.path.join(out, f"evaluate_only_{fed}.rank{rank}"))
+
+
+class MaskedTagger(keras.Model):
+    """A tagger whose test_step of its own feeds its accuracy tracker the masked accuracy: ``ratio`` as
+    sum(right * mask) / sum(mask) of the batch, ``weighted`` per position with sample_weight=mask."""
+
+    def __init__(self, fed="ratio", **kwargs):
+        super().__init__(**kwargs)
+        self.fed = fed
+        self.dense = keras.layers.Dense(3)
+        self.acc_tracker = keras.metrics.Mean(name="acc")
+
+    @property
+    def metrics(self):
+        return [self.acc_tracker]
+
+    def call(self, x):
+        return self.dense(x)
+
+    def test_step(self, data):
+        x, y = data
+        logits = self(x)
+        mask = keras.ops.cast(keras.ops.not_equal(y, 0), "float32")
+        right = keras.ops.cast(keras.ops.equal(y, keras.ops.argmax(logits, axis=-1)), "float32") * mask
+        if self.fed == "weighted":
+            self.acc_tracker.update_state(right, sample_weight=mask)
+        else:
+            self.acc_tracker.update_state(keras.ops.sum(right) / keras.ops.sum(mask))
+        return {m.name: m.result() for m in self.metrics}
+
+
+def masked_tagger(fed: str) -> tuple:
+    """The built, compiled tagger (never fit) and 64 sequences of 4 positions, 0 the padding."""
+    fresh()
+    model = MaskedTagger(fed)
+    model.compile(loss="sparse_categorical_crossentropy", optimizer="sgd")
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(64, 4, 5)).astype("float32")
+    y = np.where(np.arange(4) < rng.integers(1, 5, size=(64, 1)), rng.integers(1, 3, size=(64, 4)), 0)
+    model(x[:1])
+    return model, x, y
 
 
 class TrainBatches(LogReader):

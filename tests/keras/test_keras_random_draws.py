@@ -171,3 +171,34 @@ def test_an_activity_regularizer_that_is_no_mean_is_named_with_keras_division():
     assert "whose value Keras divides by the batch size" in str(refused.value) and "ops.mean instead" not in str(
         refused.value
     )
+
+
+def test_the_added_loss_probe_skips_only_a_model_it_cannot_call(monkeypatch):
+    """added_losses.probe skips a model whose own call fails on its samples (one taking 2 samples only: not
+    probed), and no other error: before, its broad except also turned an error of the probe's own code into
+    'not probed' (simulated: Keras' convert_to_numpy, which only the probe calls, raising), which let a
+    summed add_loss train at 1/N of its weight, silently."""
+    import keras_random_programs as programs
+
+    import keras
+    from trainmesh.keras import added_losses
+
+    summed = programs.added_loss(16)["model"]
+    x, _ = programs.data(8)
+
+    class Pairs(keras.layers.Layer):
+        def call(self, inputs):
+            self.add_loss(keras.ops.sum(inputs))
+            return keras.ops.reshape(inputs, [2, 6])  # 2 samples only
+
+    inputs = keras.Input((6,), batch_size=2)
+    pairs = keras.Model(inputs, keras.layers.Dense(1)(Pairs()(inputs)))
+    pairs(x[:2])
+    assert added_losses.probe(pairs, x[:2]) is None
+
+    def broken(_value):
+        raise RuntimeError("the probe's own error")
+
+    monkeypatch.setattr(keras.ops, "convert_to_numpy", broken)
+    with pytest.raises(RuntimeError, match="the probe's own error"):
+        added_losses.refuse_batch_sums(summed, x, world=2)

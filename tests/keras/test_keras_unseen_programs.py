@@ -286,3 +286,20 @@ def test_the_metric_probe_reads_each_output_s_targets_and_a_loader_s(targets):
     model.compile(optimizer="sgd", loss="mse", metrics=metrics([RunningMax()]))
     with pytest.raises(ValueError, match=r"'running_max' \(RunningMax\) keeps a state that does not add up"):
         refuse_non_additive_metrics(model, x, y, world=2)
+
+
+def test_evaluate_with_no_fit_before_probes_a_test_step_of_its_own(ddp):
+    """tk.evaluate alone (no fit before it: the step probe ran when fit began) of a test_step feeding its
+    tracker the masked accuracy of the batch (a ratio of its sums): before, not probed, and 2 x 16 read 0.31907
+    where Keras' evaluate at 32 reads 0.31852, silently; now refused on both ranks naming the metric. Fed per
+    position with sample_weight=mask, it passes, as Keras' own evaluate at 32."""
+    import keras_unseen_programs as programs
+
+    zero, one = ranks(ddp, "evaluate_only_ratio")
+    assert "error" in zero and zero == one, zero
+    for part in ("'acc'", "test_step", "evaluated data", "sample_weight=mask"):
+        assert part in zero["error"], zero["error"]
+    zero, one = ranks(ddp, "evaluate_only_weighted")
+    model, x, y = programs.masked_tagger("weighted")
+    keras_own = model.evaluate(x, y, batch_size=2 * programs.BATCH, verbose=0, return_dict=True)
+    assert zero == one and abs(zero["acc"] - keras_own["acc"]) < 1e-6, (zero, keras_own)

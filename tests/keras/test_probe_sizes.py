@@ -86,3 +86,30 @@ def test_a_model_taking_multiples_of_each_process_s_batch_is_probed_at_the_run_s
     model = _fixed_batch_model(4, coupled=True)
     model.fit(x, y, batch_size=4, epochs=1, steps_per_epoch=1, verbose=0)
     assert refusal(model, x, y, None, None, world=2, batch_size=16) is None  # fails at 16, the run's own
+
+
+@pytest.mark.parametrize("feed", ["pydataset", "loader"])
+def test_batches_are_probed_at_the_run_s_sizes_too(feed):
+    """A model taking multiples of 16 samples fed a PyDataset (or a DataLoader) of 16-sample batches: each process
+    reads whole batches, so runs at 16. Before, the probe did not know that size (fit's batch_size is None with
+    batches) and refused the step after its halves of 8 failed, a mean loss too; now it reads the size from the
+    data, probes 32 (two batches) and its halves: the uncoupled step passes, the coupled one is refused in the
+    probe's own words."""
+    import keras_random_programs as programs
+    import torch
+
+    from trainmesh.keras.step_probe import refusal
+
+    programs.fresh()
+    x, y = programs.data(64)
+    x = x[:, :4]
+    if feed == "pydataset":
+        data = programs.Rows(x, y, 16)
+    else:
+        data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.tensor(x), torch.tensor(y)), 16)
+    for coupled in (True, False):
+        model = _fixed_batch_model(16, coupled, fixed=False)
+        model.fit(x, y, batch_size=16, epochs=1, steps_per_epoch=1, verbose=0)
+        reason = refusal(model, data, None, None, None, world=2)
+        assert (reason is not None) == coupled, reason
+        assert reason is None or ("cannot check" not in reason and "32 samples" in reason), reason

@@ -192,3 +192,40 @@ def test_a_tracker_only_a_test_step_of_its_own_feeds_is_compared_too(fed):
         assert reason is not None and "the metric 'acc' that the model's own test_step updates by hand" in reason
     else:
         assert reason is None, reason
+
+
+def test_a_test_step_is_probed_from_fresh_states_after_a_fit():
+    """tk.evaluate after a fit: the trackers hold the fit's last states when evaluate begins (Keras resets them
+    just after on_test_begin). Before, the probe ran from those states, and a tracker of the batch's mean loss
+    (a user's own test_step, Lion, a keras.metrics.Metric of its own) was refused: its halves' summed states
+    counted them twice (0.789 against 0.816). Now each run starts from reset states (Keras resets them next)."""
+    import keras
+    from trainmesh.keras.probe_data import first_batch
+    from trainmesh.keras.probe_trackers import refuse_test_step
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1, activation="sigmoid")
+            self.loss_tracker = keras.metrics.Mean(name="loss")
+
+        @property
+        def metrics(self):
+            return [self.loss_tracker]
+
+        def call(self, x):
+            return self.dense(x)
+
+        def test_step(self, data):
+            x, y = data
+            self.loss_tracker.update_state(self.compute_loss(x, y, self(x)))
+            return {"loss": self.loss_tracker.result()}
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 4)).astype("float32"), rng.integers(0, 2, size=(32, 1)).astype("float32")
+    keras.utils.set_random_seed(0)
+    model = Net()
+    model.compile(loss="binary_crossentropy", optimizer="sgd")
+    model(x[:1])
+    model.loss_tracker.update_state(5.0)  # a fit's last states
+    refuse_test_step(model, first_batch(x, y, None, None), 1e-5)  # before: TrackerDiffers('loss')

@@ -41,9 +41,16 @@ def two_samples(x: Any) -> Any:
     return keras.tree.map_structure(lambda leaf: np.asarray(leaf[:2]), x)
 
 
+class _CannotCall(Exception):  # noqa: N818 -- the model's own call failed on the probe's samples
+    """The model raised, called on the probe's samples (one taking one batch size only): not probed."""
+
+
 def _added(model: Any, inputs: Any) -> list[float]:
     keras = require_keras()
-    model(inputs)
+    try:
+        model(inputs)
+    except Exception as error:  # noqa: BLE001 -- the program's own call, whatever it raises: not probed
+        raise _CannotCall from error
     return [float(keras.ops.convert_to_numpy(keras.ops.sum(loss))) for loss in model.losses]
 
 
@@ -60,7 +67,7 @@ def probe(model: Any, inputs: Any) -> tuple[int, float, float, float] | None:
             return None
         first = _added(model, keras.tree.map_structure(lambda leaf: leaf[:1], inputs))
         second = _added(model, keras.tree.map_structure(lambda leaf: leaf[1:2], inputs))
-    except Exception:  # noqa: BLE001 -- a model the probe cannot call: not probed
+    except _CannotCall:  # a model the probe cannot call: not probed (an error of the probe's own surfaces)
         return None
     finally:
         for variable, value in zip(variables, saved, strict=True):

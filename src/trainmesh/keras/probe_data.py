@@ -22,7 +22,7 @@ def probe_batch(x: Any, y: Any, samples: int = PROBED_SAMPLES) -> tuple[Any, Any
 
     if is_batches(x):
         try:
-            batch = x[0] if is_py_dataset(x) else x.collate_fn([x.dataset[i] for i in range(samples)])
+            batch = _leading(x, samples) if is_py_dataset(x) else x.collate_fn([x.dataset[i] for i in range(samples)])
         except Exception:  # noqa: BLE001 -- data the probe cannot index (an iterable dataset): not probed
             return None
         if not isinstance(batch, (tuple, list)) or len(batch) < 2:
@@ -33,6 +33,33 @@ def probe_batch(x: Any, y: Any, samples: int = PROBED_SAMPLES) -> tuple[Any, Any
         return None
     take = keras.tree.map_structure(lambda leaf: np.asarray(leaf[:samples]), (x, y))
     return take[0], take[1]
+
+
+def _leading(data: Any, samples: int) -> Any:
+    """A PyDataset's first batch, or its first batches joined where the first has fewer than ``samples`` rows
+    (the step probe at twice each process's batch: probe_sizes.py)."""
+    keras = require_keras()
+    batches, count = [data[0]], data.num_batches
+
+    def rows() -> int:
+        return sum(len(keras.tree.flatten(batch)[0]) for batch in batches)
+
+    while rows() < samples and len(batches) < (samples if count is None else min(count, samples)):
+        batches.append(data[len(batches)])
+    if len(batches) == 1:
+        return batches[0]
+    return keras.tree.map_structure(lambda *leaves: np.concatenate([np.asarray(leaf) for leaf in leaves]), *batches)
+
+
+def batch_rows(data: Any) -> int | None:
+    """Each process's batch size reading ``data`` (a PyDataset or a DataLoader) under several processes: each
+    reads whole batches of it (batches.py), so a PyDataset's first batch's rows, a DataLoader's ``batch_size``
+    (None with a batch sampler of its own)."""
+    from trainmesh.keras.batches import is_py_dataset
+
+    if is_py_dataset(data):
+        return len(require_keras().tree.flatten(data[0])[0])
+    return getattr(data, "batch_size", None)
 
 
 def _first_samples(x: Any, y: Any, sample_weight: Any, samples: int) -> tuple[Any, Any, Any] | None:
@@ -62,7 +89,11 @@ def _inputs_only(data: Any, samples: int) -> Any:
     from trainmesh.keras.batches import is_py_dataset
 
     try:
-        batch = data[0] if is_py_dataset(data) else data.collate_fn([data.dataset[i] for i in range(samples)])
+        batch = (
+            _leading(data, samples)
+            if is_py_dataset(data)
+            else data.collate_fn([data.dataset[i] for i in range(samples)])
+        )
     except Exception:  # noqa: BLE001 -- data the probe cannot index (an iterable dataset): not probed
         return None
     if isinstance(batch, tuple) and len(batch) == 1:

@@ -38,15 +38,20 @@ def rows_of(data: Any) -> int:
     return len(require_keras().tree.flatten(data)[0])
 
 
-def at_run_sizes(probed: Callable[[int], str | None], model: Any, world: int, batch_size: int | None) -> str | None:
+def at_run_sizes(
+    probed: Callable[[int], str | None], model: Any, world: int, batch_size: int | Callable[[], int | None] | None
+) -> str | None:
     """``probed(PROBED_SAMPLES)`` (the step probe's reason, or None); where the step fails there, ``probed``
-    at twice ``batch_size`` (each process's); where it fails at another size than ``batch_size``, this
-    module's refusal; at ``batch_size`` itself, None: the run meets that error itself."""
+    at twice ``batch_size`` (each process's; a callable: read from the data then, a PyDataset's first batch);
+    where it fails at another size than ``batch_size``, this module's refusal; at ``batch_size`` itself,
+    None: the run meets that error itself."""
     samples, tried = PROBED_SAMPLES, []
     while True:
         try:
             return probed(samples)
         except StepFailed as failed:
+            if callable(batch_size):
+                batch_size = batch_size()
             if failed.rows == batch_size:
                 return None
             tried.append(samples)

@@ -96,10 +96,12 @@ def refuse_test_step(model: Any, data: Any, limit: float) -> None:
     count = len(keras.tree.flatten(data)[0])
     half = count // 2
     parts = [keras.tree.map_structure(lambda leaf, s=s: leaf[s], data) for s in (slice(0, half), slice(half, None))]
-    restorer, runs, counts = Restorer(model), [states(metrics)], masked_counts.CountTape()
+    restorer, counts = Restorer(model), masked_counts.CountTape()
     try:
+        runs = [_reset(metrics)]  # from fresh states, as Keras' evaluate and each epoch start (not a fit's last)
         for index, part in enumerate([data, *parts]):
             restorer.restore()
+            _reset(metrics)
             if index:  # a loss Keras reduces over a mask: the whole batch's count, as the run divides by the global
                 counts.replay(half if index == 1 else count - half, count)
             with torch.no_grad(), masked_counts.counted_alike(counts):
@@ -115,6 +117,15 @@ def refuse_test_step(model: Any, data: Any, limit: float) -> None:
     refuse_differing(metrics, runs[0], runs[1], runs[2:], limit, "test_step")
 
 
+def _reset(metrics: list[Any]) -> States:
+    """The metrics' states reset (the probe restores them after): before, a ``tk.evaluate`` after a fit probed
+    from the fit's last states, and a tracker of a mean loss was refused (its halves' states summed count
+    those states twice)."""
+    for metric in metrics:
+        metric.reset_state()
+    return states(metrics)
+
+
 def _drew(model: Any, restorer: Restorer) -> bool:
     saved = {id(v): value for v, value in zip(restorer.variables, restorer.values, strict=True)}
     moved = any(not torch.equal(v.value, saved[id(v)]) for v in model.variables if id(v) in saved)
@@ -124,12 +135,12 @@ def _drew(model: Any, restorer: Restorer) -> bool:
     return moved or not torch.equal(torch.get_rng_state(), restorer.generators[0])
 
 
-def reason(differs: TrackerDiffers, world: int, samples: int) -> str:
+def reason(differs: TrackerDiffers, world: int, samples: int, fit: bool = True) -> str:
     name, expected, found, step = differs.name, differs.expected, differs.found, differs.step
     show = (lambda t: f"{float(t[0]):.6g}") if expected.numel() == 1 else (lambda t: str(t.tolist()))
     return (
         f"the metric {name!r} that the model's own {step} updates by hand reads {show(expected)} on the first "
-        f"{samples} samples of the training data, and {show(found)} from its states on each half of them summed, "
+        f"{samples} samples of the {'training' if fit else 'evaluated'} data, and {show(found)} from its states on each half of them summed, "
         f"as trainmesh.keras sums each metric's state over the processes: the value the step gives it is not a "
         "mean over the batch's samples (a ratio of the batch's sums, as sum(acc * mask) / sum(mask), or a batch "
         f"statistic). Under {world} processes each process computes that value on its part of every global batch, "

@@ -69,9 +69,11 @@ from trainmesh.keras import (
 from trainmesh.keras.backend import require_keras
 from trainmesh.keras.backward import BackwardAverage
 from trainmesh.keras.batch_metrics import by_hand
+from trainmesh.keras.batches import is_batches
 from trainmesh.keras.optimizers import keras_classes_with_apply
 from trainmesh.keras.own_forward import forward_of_its_own, own
 from trainmesh.keras.own_forward import own_override as _own_override
+from trainmesh.keras.probe_data import batch_rows
 from trainmesh.keras.probe_data import first_batch as _first_batch
 from trainmesh.keras.probe_reasons import relation, step_reason
 from trainmesh.keras.probe_restorer import Restorer
@@ -397,27 +399,39 @@ def tolerance(model: Any) -> float:
 
 
 def refusal(  # noqa: PLR0913 -- the data as fit takes it, the run's size
-    model: Any, x: Any, y: Any, sample_weight: Any, class_weight: Any, world: int, batch_size: int | None = None
+    model: Any,
+    x: Any,
+    y: Any,
+    sample_weight: Any,
+    class_weight: Any,
+    world: int,
+    batch_size: int | None = None,
+    *,
+    train: bool = True,
 ) -> str | None:
     """Why the model's step cannot run under ``world`` processes (its reason), or None: a mean loss, or
     not probed (see the module's doc). A step failing on the probe's samples or their halves is probed
     again at twice ``batch_size`` (each process's), and refused where it fails at another size than that
-    (probe_sizes.py)."""
+    (probe_sizes.py). ``train=False`` (``evaluate``): a ``test_step`` of the program's own only."""
     own_test = _own_override(model, "test_step")  # its trackers compared too (probe_trackers.refuse_test_step)
-    if world == 1 or not (needs_probe(model) or own_test) or not all(layer.built for layer in model._flatten_layers()):
+    if world == 1 or not ((needs_probe(model) and train) or own_test):
+        return None
+    if not all(layer.built for layer in model._flatten_layers()):
         return None
     fit_data = (x, y, sample_weight, class_weight)
-    return probe_sizes.at_run_sizes(lambda samples: _probed(model, fit_data, world, samples), model, world, batch_size)
+    each = batch_size if batch_size is not None or not is_batches(x) else functools.partial(batch_rows, x)
+    return probe_sizes.at_run_sizes(lambda n: _probed(model, fit_data, world, n, train), model, world, each)
 
 
-def _probed(model: Any, fit_data: tuple[Any, Any, Any, Any], world: int, samples: int) -> str | None:
+def _probed(model: Any, fit_data: tuple[Any, Any, Any, Any], world: int, samples: int, fit: bool) -> str | None:
     own_test = _own_override(model, "test_step")
     try:
         data = _first_batch(*fit_data, samples=samples)
         if data is None:
             return None
         samples = probe_sizes.rows_of(data)
-        difference, noise, found = step_difference(model, data, tolerance(model)) if needs_probe(model) else (0, 0, "")
+        train = needs_probe(model) and fit
+        difference, noise, found = step_difference(model, data, tolerance(model)) if train else (0, 0, "")
         if own_test and difference <= tolerance(model):
             probe_trackers.refuse_test_step(model, data, tolerance(model))
     except NotProbed:
@@ -429,7 +443,7 @@ def _probed(model: Any, fit_data: tuple[Any, Any, Any, Any], world: int, samples
     except probe_accumulation.AccumulatedDraws as drawn:
         return probe_accumulation.reason(drawn.args[0], world)
     except probe_trackers.TrackerDiffers as differs:
-        return probe_trackers.reason(differs, world, samples)
+        return probe_trackers.reason(differs, world, samples, fit)
     limit = tolerance(model)
     if difference <= limit or (noise > limit / NOISE_FACTOR and difference <= NOISE_FACTOR * noise):
         return None

@@ -44,7 +44,7 @@ from trainmesh.keras.draws import StepRows
 from trainmesh.keras.global_draws import predicting
 from trainmesh.keras.preemption import KerasPreemption, random_states, set_random_states
 from trainmesh.keras.printing import printing_on_rank_0
-from trainmesh.keras.probe_callback import probing_callback
+from trainmesh.keras.probe_callback import evaluation_probing_callback, probing_callback
 from trainmesh.keras.spawn_arguments import refuse_unpicklable_arguments
 from trainmesh.keras.stateful_layers import refuse_stateful_across_calls
 from trainmesh.keras.step_means import evaluation_step_counts, readers_over_processes, watch_evaluation_batches
@@ -264,7 +264,8 @@ def _evaluate(
     state.test_batch_logs = watch_evaluation_batches(reads, x, world, kwargs.get("batch_size"), steps, "x")
     if not is_batches(x):
         state.eval_plan = evaluation_plan(x, world, kwargs.get("batch_size"), kwargs.get("steps"))
-    kwargs["callbacks"] = [*for_rank(kwargs.get("callbacks"), rank), sync_callback(state)]
+    probe = evaluation_probing_callback(runtime, x, y, kwargs)  # a test_step of its own feeding a ratio: refused
+    kwargs["callbacks"] = [probe, *for_rank(kwargs.get("callbacks"), rank), sync_callback(state)]
     if "sample_weight" in kwargs:
         kwargs["sample_weight"] = shard(kwargs["sample_weight"], rank, world)
     if rank != 0:
