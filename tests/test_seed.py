@@ -301,6 +301,37 @@ def test_the_sampler_seed_follows_a_program_that_changes_the_variable_as_lightni
     assert found["trainmesh"] == found["lightning"] == [17, 17, 5, 5, 0]
 
 
+def test_a_run_reseeds_from_the_variable_a_program_changed_as_lightning(monkeypatch):
+    """Lightning's ddp/fsdp set-up calls reset_seed(), which reads PL_GLOBAL_SEED: after seed_everything(17)
+    and a draw, a program that set it to 5 trains from 5, one that removed it is not reseeded
+    (review-s58a: before, trainmesh's reseeded with 17 in both: other random numbers from there)."""
+    from types import SimpleNamespace
+
+    from lightning.fabric.utilities.seed import reset_seed
+
+    from trainmesh.runtime_port import TrainerPort
+
+    host = SimpleNamespace(strategy=SimpleNamespace(capabilities=SimpleNamespace(reseeds_each_run=True)))
+    port = TrainerPort(host)  # type: ignore[arg-type]
+    found = {"lightning": [], "trainmesh": []}
+    for before, after in SAMPLER_SEED_CASES:
+        for name, seed_everything in (("lightning", _lightning_seed_everything()), ("trainmesh", tm.seed_everything)):
+            monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+            if before is not None:
+                monkeypatch.setenv("PL_GLOBAL_SEED", before)
+            seed_everything(17)
+            torch.rand(3)  # the program's draws before its run
+            if after == "remove":
+                monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+            elif after is not None:
+                monkeypatch.setenv("PL_GLOBAL_SEED", after)
+            host.seed_settings = seed_settings()  # the Runtime's, captured when it was built
+            reset_seed() if name == "lightning" else port.reseed_for_run()
+            found[name].append(torch.rand(1).item())
+    assert found["trainmesh"] == found["lightning"]
+    assert found["trainmesh"][4] != found["trainmesh"][1]  # removed: no reseed
+
+
 if __name__ == "__main__":
     assert sys.argv[1] == "ddp"
     _ddp_leg(sys.argv[2])
