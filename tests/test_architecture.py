@@ -88,6 +88,7 @@ THROUGH_THE_DOOR = {
         "check_weights_only",
         "checkpoint_entries",
         "content_problem",
+        "finish_interrupted_swaps",
         "load_checkpoint_file",
         "remove_checkpoint",
         "remove_interrupted_saves",

@@ -260,6 +260,78 @@ def _ddp_leg(out_dir: str) -> None:
     trainer.fit(RecordsBatches(out_dir), noisy_loader())
 
 
+SAMPLER_SEED_CASES = [  # (PL_GLOBAL_SEED before seed_everything(17), what the program does to it after)
+    (None, None),
+    ("3", None),
+    (None, "5"),
+    ("3", "5"),
+    ("3", "remove"),
+]
+
+
+def test_the_sampler_seed_follows_a_program_that_changes_the_variable_as_lightning(monkeypatch):
+    """Lightning's distributed sampler reads PL_GLOBAL_SEED as it is when the sampler is made: a program
+    that sets or removes it after seed_everything(17) shuffles with its number, or 0 (review-s58a: before,
+    trainmesh's shuffled with 17 in both, another data order)."""
+    from lightning.pytorch.trainer.connectors.data_connector import _get_distributed_sampler
+
+    import trainmesh.runtime
+
+    loader = DataLoader(range(8), batch_size=2)
+    given = []
+    monkeypatch.setattr(trainmesh.runtime, "process_dataloader", lambda strategy, loader, **o: given.append(o["seed"]))
+    runtime = tm.Runtime()
+    found = {"lightning": [], "trainmesh": []}
+    for before, after in SAMPLER_SEED_CASES:
+        for name, seed_everything in (("lightning", _lightning_seed_everything()), ("trainmesh", tm.seed_everything)):
+            monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+            if before is not None:
+                monkeypatch.setenv("PL_GLOBAL_SEED", before)
+            seed_everything(17)
+            if after == "remove":
+                monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+            elif after is not None:
+                monkeypatch.setenv("PL_GLOBAL_SEED", after)
+            if name == "lightning":
+                sampler = _get_distributed_sampler(loader, True, 0, "fit", num_replicas=2, rank=0)
+                found[name].append(sampler.seed)
+            else:
+                runtime.setup_dataloaders(loader)
+                found[name].append(given.pop())
+    assert found["trainmesh"] == found["lightning"] == [17, 17, 5, 5, 0]
+
+
+def test_a_run_reseeds_from_the_variable_a_program_changed_as_lightning(monkeypatch):
+    """Lightning's ddp/fsdp set-up calls reset_seed(), which reads PL_GLOBAL_SEED: after seed_everything(17)
+    and a draw, a program that set it to 5 trains from 5, one that removed it is not reseeded
+    (review-s58a: before, trainmesh's reseeded with 17 in both: other random numbers from there)."""
+    from types import SimpleNamespace
+
+    from lightning.fabric.utilities.seed import reset_seed
+
+    from trainmesh.runtime_port import TrainerPort
+
+    host = SimpleNamespace(strategy=SimpleNamespace(capabilities=SimpleNamespace(reseeds_each_run=True)))
+    port = TrainerPort(host)  # type: ignore[arg-type]
+    found = {"lightning": [], "trainmesh": []}
+    for before, after in SAMPLER_SEED_CASES:
+        for name, seed_everything in (("lightning", _lightning_seed_everything()), ("trainmesh", tm.seed_everything)):
+            monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+            if before is not None:
+                monkeypatch.setenv("PL_GLOBAL_SEED", before)
+            seed_everything(17)
+            torch.rand(3)  # the program's draws before its run
+            if after == "remove":
+                monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+            elif after is not None:
+                monkeypatch.setenv("PL_GLOBAL_SEED", after)
+            host.seed_settings = seed_settings()  # the Runtime's, captured when it was built
+            reset_seed() if name == "lightning" else port.reseed_for_run()
+            found[name].append(torch.rand(1).item())
+    assert found["trainmesh"] == found["lightning"]
+    assert found["trainmesh"][4] != found["trainmesh"][1]  # removed: no reseed
+
+
 if __name__ == "__main__":
     assert sys.argv[1] == "ddp"
     _ddp_leg(sys.argv[2])

@@ -26,7 +26,7 @@ from trainmesh.runtime_choice import StrategyChoice
 from trainmesh.runtime_optimizer import RuntimeOptimizer as RuntimeOptimizer  # re-exported
 from trainmesh.runtime_optimizer import inner_optimizer, refuse_own_step_on_shards
 from trainmesh.runtime_port import TrainerPort
-from trainmesh.seed import SeedSettings, env_seed, seed_settings, seed_worker
+from trainmesh.seed import SeedSettings, sampler_seed, seed_settings, seed_worker
 from trainmesh.strategies import build_strategy, collectives
 from trainmesh.strategies.capabilities import StrategyCapabilities
 from trainmesh.strategies.compile import check_compiled, compile_options, uncompiled
@@ -262,7 +262,7 @@ class Runtime:
         # This process's latest seed_everything wins (it may have come after this Runtime was
         # built); a spawned process never ran one and has the settings captured in __init__.
         settings = seed_settings() or self.seed_settings
-        seed = settings.seed if settings is not None else env_seed()  # Lightning's sampler reads the variable
+        seed = sampler_seed(self.seed_settings)  # Lightning's sampler reads PL_GLOBAL_SEED
         if train and self.world_size > 1:
             # Every process must shuffle with one seed, or the shards overlap and miss samples
             # (a script seeded per rank, say): rank 0's wins.

@@ -19,7 +19,7 @@ from torch import nn
 
 from trainmesh.launchers.base import Launcher, ProcessInfo
 from trainmesh.precision import Precision
-from trainmesh.seed import SeedSettings, seed_everything, seed_settings
+from trainmesh.seed import SeedSettings, seed_everything, seed_in_effect
 from trainmesh.strategies.lightning_face import serving
 from trainmesh.strategies.protocol import Strategy
 from trainmesh.utilities.lazy import is_instance
@@ -73,7 +73,7 @@ class TrainerPort:
         ModelParallel strategies set up each run); nothing without a seed, as Lightning's."""
         if not self._runtime.strategy.capabilities.reseeds_each_run:
             return
-        settings = seed_settings() or self._runtime.seed_settings  # a spawned worker has the Runtime's
+        settings = seed_in_effect(self._runtime.seed_settings)  # a spawned worker has the Runtime's
         if settings is not None:
             seed_everything(settings.seed, workers=settings.workers, verbose=False)
         elif "PL_GLOBAL_SEED" in os.environ:  # Lightning's reset_seed reads the variable

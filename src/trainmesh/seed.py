@@ -122,6 +122,25 @@ def _chosen_seed(seed: Any, verbose: bool) -> int:
     return value
 
 
+def seed_in_effect(captured: SeedSettings | None) -> SeedSettings | None:
+    """The seed Lightning's readers of ``PL_GLOBAL_SEED`` take (its distributed sampler, 2.6's and 1.9.5's
+    ``_get_distributed_sampler``; its strategies' ``reset_seed``): this process's last
+    :func:`seed_everything`'s, which Lightning's wrote there; None where the program set or removed the
+    variable since (the variable is then read as it is); a process that never called one: ``captured``
+    (a Runtime's, carried to the processes it starts). A removal of a variable that was unset when the
+    seed was set is not seen: trainmesh never wrote it."""
+    if _settings is None:
+        return captured
+    return _settings if os.environ.get("PL_GLOBAL_SEED") == _env_at_last_seed else None
+
+
+def sampler_seed(captured: SeedSettings | None) -> int:
+    """The seed a distributed sampler shuffles with: :func:`seed_in_effect`'s, else the variable
+    (:func:`env_seed`: its number, or 0 where unset)."""
+    settings = seed_in_effect(captured)
+    return settings.seed if settings is not None else env_seed()
+
+
 def env_seed() -> int:
     """The seed a process that never called :func:`seed_everything` shuffles with: ``PL_GLOBAL_SEED``
     where set (Lightning's sampler reads it), else 0."""

@@ -130,3 +130,31 @@ def test_last_with_only_an_incomplete_directory_starts_fresh(tmp_path, caplog):
     with pytest.warns(UserWarning, match=r"no complete checkpoint; skipped .*last\.ckpt is not a complete"):
         assert resolve_ckpt_path(fake_trainer(tmp_path), "last", allow_fresh_start=True) is None
     assert "starting from scratch" in said(caplog)
+
+
+def test_named_last_resumes_the_checkpoint_a_directory_swap_cut_in_two_left(tmp_path):
+    """A kill between the two renames of a directory swap (no atomic exchange: NFS, Lustre) leaves no
+    last.ckpt, the complete new checkpoint in staging beside the retired one; fit(ckpt_path="last")
+    puts it in place before it chooses, and resumes it (review-s58a: after fit's choice moved ahead of
+    the start-up cleanup, the fit started from step 0 with Lightning's "no last checkpoint" warning)."""
+    from helpers.models import TutorialModule, loaders, quiet_trainer
+    from trainmesh.callbacks import ModelCheckpoint
+
+    folder = tmp_path / "ck"
+    first = quiet_trainer(
+        max_steps=2, enable_checkpointing=True, callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)]
+    )
+    first.fit(TutorialModule(num_features=16), loaders()[0])
+    saved = torch.load(folder / "last.ckpt", weights_only=False)
+    save_distributed(saved, folder / ".last.ckpt.0123abcd.tmp", rank=0, sharded_keys=["state_dict"])
+    os.replace(folder / "last.ckpt", folder / ".last.ckpt.4567abcd.old")
+    for path in folder.iterdir():
+        os.utime(path, (time.time() - 100, time.time() - 100))  # left by an earlier run
+    second = quiet_trainer(
+        max_steps=2, enable_checkpointing=True, callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)]
+    )
+    module = TutorialModule(num_features=16)
+    second.fit(module, loaders()[0], ckpt_path="last")  # max_steps reached: nothing trained after the restore
+    assert second.ckpt_path == str(folder / "last.ckpt")
+    assert second.global_step == 2
+    assert all(torch.equal(module.state_dict()[name], value) for name, value in saved["state_dict"].items())

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from trainmesh.utilities.lazy import lazy_attribute, lazy_dir
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and the import graph's checks
+    from trainmesh.checkpoint.cleanup import finish_interrupted_swaps
     from trainmesh.checkpoint.compat import check_state_dict_fits
     from trainmesh.checkpoint.digest import DamagedCheckpoint
     from trainmesh.checkpoint.formats import UnreadableCheckpoint, content_problem
@@ -41,6 +42,7 @@ _LAZY = {
     "checkpoint_entries": "paths",
     "check_weights_only": "weights_only",
     "content_problem": "formats",
+    "finish_interrupted_swaps": "cleanup",
     "load_checkpoint_file": "io",
     "remove_checkpoint": "io",
     "remove_interrupted_saves": "paths",
@@ -68,6 +70,7 @@ __all__ = [
     "check_weights_only",
     "checkpoint_entries",
     "content_problem",
+    "finish_interrupted_swaps",
     "load_checkpoint_file",
     "remove_checkpoint",
     "remove_interrupted_saves",

@@ -29,12 +29,8 @@ def clean_stale_temporaries(folder: str | os.PathLike[str], *, older_than: float
     two on a file system with no atomic exchange (see ``distributed._replace_directory``).
     """
     directory = Path(folder)
-    try:
-        entries = sorted(directory.iterdir())
-    except OSError:  # not there (yet), or not a folder: nothing to clean
-        return []
+    entries, stale = _stale_temporaries(directory, older_than)
     touched = []
-    stale = [path for path in entries if TEMPORARY_NAME.match(path.name) and _last_modified(path) < older_than]
     for path in stale:
         if _finish_interrupted_swap(path, entries):
             touched.append(directory / TEMPORARY_NAME.match(path.name)["name"])  # type: ignore[index]
@@ -42,6 +38,26 @@ def clean_stale_temporaries(folder: str | os.PathLike[str], *, older_than: float
         delete_entry(path)
         touched.append(path)
     return touched
+
+
+def finish_interrupted_swaps(folder: str | os.PathLike[str], *, older_than: float) -> list[Path]:
+    """Only the swaps :func:`clean_stale_temporaries` finishes, for a search of ``folder``'s
+    checkpoints that runs before the start's cleanup (``fit(ckpt_path="last")`` chooses its file
+    before the run's set-up, as Lightning's): the complete new checkpoint in place, nothing deleted;
+    returns the checkpoints put in place."""
+    entries, stale = _stale_temporaries(Path(folder), older_than)
+    finished = [path for path in stale if _finish_interrupted_swap(path, entries)]
+    return [path.with_name(TEMPORARY_NAME.match(path.name)["name"]) for path in finished]  # type: ignore[index]
+
+
+def _stale_temporaries(directory: Path, older_than: float) -> tuple[list[Path], list[Path]]:
+    """The folder's entries, and trainmesh's temporaries among them untouched since ``older_than``;
+    nothing where the folder is not there (yet) or not a folder."""
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError:
+        return [], []
+    return entries, [path for path in entries if TEMPORARY_NAME.match(path.name) and _last_modified(path) < older_than]
 
 
 def _finish_interrupted_swap(path: Path, entries: list[Path]) -> bool:

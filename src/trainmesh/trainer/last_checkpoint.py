@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any
 
+from trainmesh.checkpoint import finish_interrupted_swaps
 from trainmesh.trainer_view import TrainerView
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
@@ -48,7 +50,12 @@ def fit_last_checkpoint(trainer: TrainerView) -> str | None:
     from trainmesh.callbacks.model_checkpoint import ModelCheckpoint
 
     callbacks = [cb for cb in getattr(trainer, "checkpoint_callbacks", None) or [] if isinstance(cb, ModelCheckpoint)]
-    return _newest_last(trainer, "fit", [(cb.dirpath or default_checkpoint_dir(trainer), cb) for cb in callbacks])
+    folders = [(cb.dirpath or default_checkpoint_dir(trainer), cb) for cb in callbacks]
+    for folder, _ in folders:
+        # a directory swap a kill cut in two (no atomic exchange: NFS, Lustre) left no last.ckpt: put
+        # in place first, as fit's start-up cleanup did before this search came ahead of it
+        finish_interrupted_swaps(str(folder), older_than=time.time())
+    return _newest_last(trainer, "fit", folders)
 
 
 def _newest_last(trainer: TrainerView, stage: str, folders: list[tuple[str, Any]]) -> str | None:
