@@ -21,6 +21,7 @@ and matches the same record (``keras/preemption.py``; its fit number is ``tk.fit
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -56,6 +57,14 @@ def this_run(module: Any, environ: Mapping[str, str] | None = None, *, fit: int 
         "module": kind.__qualname__,  # not its import path: a script's classes are __main__'s
         "fit": _fits if fit is None else fit,
     }
+
+
+def preemption_name(run: Run) -> str:
+    """The file name of this program's preemption checkpoint (state): ``last-preempted-<hash>.ckpt``,
+    the hash of what makes the program the same one (its command, module class and fit number), so
+    that programs preempted in one folder each keep theirs, and its next run finds it again."""
+    digest = hashlib.sha256(repr([run[key] for key in _PROGRAM]).encode()).hexdigest()[:10]
+    return f"last-preempted-{digest}.ckpt"
 
 
 def launch_restart_key(environ: Mapping[str, str] | None = None) -> str | None:

@@ -44,6 +44,7 @@ from trainmesh.trainer.resume import (
     read_fit_checkpoint,
     restore_early,
     say_restoring,
+    watch_preemption,
 )
 from trainmesh.trainer.search_trials import TunerExit
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
@@ -352,9 +353,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                     say_restoring(source)
                 state.ckpt_path = source
                 supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
-                with supervision.stop_signals(
-                    self.runtime.process, folder=self.default_root_dir, save=self._save_on_stop
-                ):
+                with watch_preemption(self, self.runtime, state.module, save=self._save_on_stop):
                     saves = self.runtime.checkpoints.saves
                     with saves.in_background(model=state.model, optimizers=state.optimizers):
                         fit_loop.run_fit(loop, checkpoint, source or "")
