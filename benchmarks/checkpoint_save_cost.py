@@ -18,7 +18,8 @@ single file (1 process):
 distributed (``--distributed``: 2 processes, gloo, FSDP2 over each Linear and the whole model):
   dcp.save     the reference: ``get_state_dict(model, optimizer)`` (torch's distributed state
                dicts), then ``torch.distributed.checkpoint.save`` to a new folder
-  trainmesh    ``trainer.save_checkpoint(folder)`` after a 1-step ``Trainer(strategy="fsdp")`` fit
+  trainmesh    ``trainer.save_checkpoint(folder)`` after a 1-step fit under
+               ``FSDPStrategy(state_dict_type="sharded")`` (the default, "full", writes one file)
 
     python benchmarks/checkpoint_save_cost.py [--distributed] [--repeats 3] [--saves 3] [--dir /tmp]
 """
@@ -119,7 +120,14 @@ def dcp_variant(args: argparse.Namespace, folder: str) -> list[dict[str, float]]
     return timed_saves(save, folder, args.saves)
 
 
-def trainer_variant(args: argparse.Namespace, folder: str, strategy: str) -> list[dict[str, float]]:
+def sharded_fsdp() -> Any:
+    """fsdp saving a distributed checkpoint (a folder, each rank its shards): what dcp.save writes."""
+    from trainmesh.strategies import FSDPStrategy
+
+    return FSDPStrategy(state_dict_type="sharded")
+
+
+def trainer_variant(args: argparse.Namespace, folder: str, strategy: Any) -> list[dict[str, float]]:
     from torch.utils.data import DataLoader, TensorDataset
 
     world = 2 if args.distributed else 1
@@ -149,7 +157,7 @@ def worker(args: argparse.Namespace) -> None:
     elif args.worker == "dcp.save":
         times = dcp_variant(args, folder)
     else:
-        times = trainer_variant(args, folder, "fsdp" if args.distributed else "auto")
+        times = trainer_variant(args, folder, sharded_fsdp() if args.distributed else "auto")
     first = os.path.join(folder, "save0")
     size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(first) for f in fs)
     size = size or os.path.getsize(first)

@@ -47,7 +47,7 @@ if __name__ == "__main__":
     loader = DataLoader(TensorDataset(x, x[:, :out]), batch_size=8)
     trainer = tm.Trainer(
         accelerator="cpu",
-        strategy="fsdp" if fsdp else "ddp",
+        strategy=tm.strategies.FSDPStrategy(state_dict_type="sharded") if fsdp else "ddp",  # a distributed checkpoint
         devices=2,
         max_steps=2,
         enable_progress_bar=False,

@@ -58,7 +58,7 @@ def runs(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("keras_preempted")
     at = random.randint(3, 12)
     stopped = launch(root, at)
-    saved = sorted(root.glob("**/last-preempted.ckpt"))
+    saved = sorted(root.glob("**/last-preempted-*.ckpt"))
     state = pickle.loads(saved[0].read_bytes()) if len(saved) == 1 else None
     return {"root": root, "at": at, "stopped": stopped, "saved": saved, "state": state, "rerun": launch(root)}
 
@@ -109,6 +109,6 @@ def test_the_rerun_resumes_and_ends_bit_identical_to_the_fit_never_stopped(runs)
 
 def test_a_fit_that_finishes_removes_the_saved_state(runs):
     assert runs["rerun"].returncode == 0, explain(runs)
-    assert not list(runs["root"].glob("**/last-preempted.ckpt*")), explain(runs)
+    assert not list(runs["root"].glob("**/last-preempted*")), explain(runs)
     assert not list(runs["root"].glob("**/trainmesh_keras")), explain(runs)  # its empty folders too
     assert "removed" in runs["rerun"].stderr and "the preempted run's checkpoint" in runs["rerun"].stderr

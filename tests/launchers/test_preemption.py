@@ -52,18 +52,24 @@ class Stage:
     at: int  # the step after which the signal was sent
     results: list[subprocess.CompletedProcess]  # the agent's, or each SLURM task's
     steps: list[int] = field(default_factory=list)  # each rank's stop step (Preempted.step)
-    saved_step: int | None = None  # global_step in last-preempted.ckpt
+    saved_step: int | None = None  # global_step in the program's last-preempted-<hash>.ckpt
 
     def explain(self) -> str:
         tails = "\n".join(f"--- exit {r.returncode}\n{r.stdout[-1500:]}\n{r.stderr[-3000:]}" for r in self.results)
         return f"signal after step {self.at}, stop steps {self.steps}, saved step {self.saved_step}\n{tails}"
 
 
+def preempted_file(root: Path) -> Path:
+    """The one preemption checkpoint in root: last-preempted-<hash>.ckpt, the hash of the program."""
+    (path,) = root.glob("last-preempted-*.ckpt")
+    return path
+
+
 def record(root: Path, at: int, results: list[subprocess.CompletedProcess]) -> Stage:
     stage = Stage(root, at, results)
     if all((root / f"stopped.rank{rank}.json").exists() for rank in range(2)):
         stage.steps = stopped_steps(root)
-        stage.saved_step = checkpoint_step(root / "last-preempted.ckpt")
+        stage.saved_step = checkpoint_step(preempted_file(root))
         for rank in range(2):
             (root / f"stopped.rank{rank}.json").unlink()
     return stage
@@ -157,7 +163,7 @@ def test_the_requeued_job_resumes_and_ends_bit_identical_to_a_run_never_stopped(
     assert f"SLURM requeue 1 of job {JOB}: resuming from" in stage.results[0].stderr, stage.explain()
     assert same_weights(torch.load(stage.root / "weights.pt"), ddp_reference), stage.explain()
     # Finished: the preemption checkpoint is retired, so that the next run starts afresh.
-    assert not (stage.root / "last-preempted.ckpt").exists()
+    assert not list(stage.root.glob("last-preempted*"))
 
 
 def one_process_fit(root: Path) -> dict[str, torch.Tensor]:
@@ -179,15 +185,16 @@ def test_sigterm_on_one_process_saves_exits_75_and_the_rerun_resumes_exactly(tmp
     assert stopped.returncode == PREEMPTED, context
     assert f"stopped by SIGTERM: training stopped after step {at}" in stopped.stderr, context
     assert stopped_steps(tmp_path, world=1) == [at], context  # one process: no step of delay
-    assert checkpoint_step(tmp_path / "last-preempted.ckpt") == at, context
+    saved = preempted_file(tmp_path)  # the program's own name
+    assert checkpoint_step(saved) == at, context
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
     # the same script run again, here: fit(ckpt_path=None) with the stopped run's command line
-    as_restart_of(monkeypatch, tmp_path / "last-preempted.ckpt", argv=[RUN, str(tmp_path)])
+    as_restart_of(monkeypatch, saved, argv=[RUN, str(tmp_path)])
     resumed = one_process_fit(tmp_path)
-    assert f"the previous run was preempted: resuming from {tmp_path / 'last-preempted.ckpt'}" in said(caplog)
+    assert f"the previous run was preempted: resuming from {saved}" in said(caplog)
     assert same_weights(resumed, one_process_fit(tmp_path / "never_stopped")), context
-    assert not (tmp_path / "last-preempted.ckpt").exists()
+    assert not list(tmp_path.glob("last-preempted*"))
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # fit's handlers are gone again
 
 

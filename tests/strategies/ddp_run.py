@@ -245,9 +245,13 @@ def run_sharded(out, strategy, devices=2):
 
 
 def run_dcp_save(directory, out, strategy="fsdp"):
-    """Train on 2 processes, write a checkpoint (fsdp: a distributed one), keep the full weights."""
+    """Train on 2 processes, write a checkpoint (fsdp: a distributed one, state_dict_type="sharded"), keep
+    the full weights."""
+    from trainmesh.strategies import FSDPStrategy
+
     model = Wide()
-    trainer = quiet_trainer(strategy=strategy, devices=2, max_steps=20)
+    sharded = FSDPStrategy(state_dict_type="sharded") if strategy == "fsdp" else strategy
+    trainer = quiet_trainer(strategy=sharded, devices=2, max_steps=20)
     trainer.fit(model, DataLoader(wide_dataset(), batch_size=PER_RANK_BATCH))
     trainer.save_checkpoint(directory)
     state = trainer.runtime.state_dicts(model, [])["model"]
@@ -261,11 +265,12 @@ def run_dcp_save_async(directory, out):
     group of their own while the steps go on); keep the full weights."""
     from trainmesh.callbacks import ModelCheckpoint
     from trainmesh.checkpoint import AsyncCheckpointIO
+    from trainmesh.strategies import FSDPStrategy
 
     model = Wide()
     every_10 = ModelCheckpoint(dirpath=directory, every_n_train_steps=10, save_top_k=-1)
     trainer = quiet_trainer(
-        strategy="fsdp",
+        strategy=FSDPStrategy(state_dict_type="sharded"),
         devices=2,
         max_steps=20,
         plugins=[AsyncCheckpointIO()],

@@ -4,14 +4,15 @@ resumed under another.
 python resume_layouts_run.py MODE OUT LAYOUT [CKPT] [KEY=VALUE ...]
 python resume_layouts_run.py --batch SPEC.json   (legs of one world size in one launch; helpers/batches.py)
   MODE: full    train STEPS steps from scratch
-        pause   train PAUSE steps, then Trainer.save_checkpoint(CKPT) (a file from one process or ddp,
-                a distributed checkpoint directory from fsdp and the model-parallel layouts)
+        pause   train PAUSE steps, then Trainer.save_checkpoint(CKPT) (a file from one process, ddp and
+                fsdp_full, a distributed checkpoint directory from fsdp and the model-parallel layouts)
         resume  fit(ckpt_path=CKPT) up to STEPS steps: the rest of the uninterrupted run
         unnamed CKPT's optimizer state as torch's optimizer.state_dict() alone writes it (numbered,
                 without the parameters' names) into CKPT.unnamed (a one-process leg)
         refused resume CKPT, which must be refused before any step: OUT gets the error's message
         fails   train; the leg fails (a test reads its traceback; the last leg of its launch)
   LAYOUT: single | ddp | fsdp | tp | pp | fsdp_tp (world 4) | pp_tp (world 4)
+          fsdp: FSDPStrategy(state_dict_type="sharded"); fsdp_full: strategy="fsdp" as it is (one file)
   KEY=VALUE: model=gpt (nanoGPT, helpers/nanogpt.py: its lm_head tied to wte; else the tiny Llama),
              model=published_gpt (nanoGPT's forward as published), split=NAME (pp's split_points=[NAME])
 Rank 0 writes OUT: the whole model's weights (gathered), every parameter's AdamW step count, the
@@ -33,7 +34,7 @@ from helpers.lightning_order import GlobalBatches  # noqa: E402
 from helpers.llama import Llama, LlamaConfig, token_loader  # noqa: E402
 from helpers.nanogpt import GPT, GPTConfig, PublishedGPT, gpt_loader  # noqa: E402
 from trainmesh.runtime_optimizer import inner_optimizer  # noqa: E402
-from trainmesh.strategies import ModelParallelStrategy  # noqa: E402
+from trainmesh.strategies import FSDPStrategy, ModelParallelStrategy  # noqa: E402
 
 PAUSE, STEPS, GLOBAL_BATCH = 1, 2, 8
 CONFIG = LlamaConfig()
@@ -41,7 +42,8 @@ CONFIG = LlamaConfig()
 LAYOUTS = {
     "single": (1, 1, lambda: "single"),
     "ddp": (2, 2, lambda: "ddp"),
-    "fsdp": (2, 2, lambda: "fsdp"),
+    "fsdp": (2, 2, lambda: FSDPStrategy(state_dict_type="sharded")),  # a distributed checkpoint
+    "fsdp_full": (2, 2, lambda: "fsdp"),  # its default, Lightning's: one file gathered on rank 0
     "tp": (2, 1, lambda: "tp"),
     "pp": (2, 1, lambda: "pp"),
     "fsdp_tp": (4, 2, lambda: "fsdp_tp"),

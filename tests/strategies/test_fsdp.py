@@ -287,7 +287,7 @@ class Net(tm.Module):
 class Seen(tm.Callback):
     def on_train_start(self, trainer, module):
         print("dcp imported before any save:", "torch.distributed.checkpoint.state_dict" in sys.modules)
-trainer = tm.Trainer(strategy="fsdp", devices=1, accelerator="cpu", max_steps=1, logger=False,
+trainer = tm.Trainer(strategy=tm.strategies.FSDPStrategy(state_dict_type="sharded"), devices=1, accelerator="cpu", max_steps=1, logger=False,
     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[Seen()])
 trainer.fit(Net(), DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))
 trainer.save_checkpoint(sys.argv[1])

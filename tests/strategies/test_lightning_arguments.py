@@ -95,7 +95,7 @@ def test_fsdp_maps_lightnings_policies_and_sharding_onto_its_own_options():
     assert (strategy.wrap, strategy.activation_checkpointing) == ([Block], [Block])
     assert (strategy.reshard_after_forward, strategy.hybrid, strategy.name) == (False, False, "sharded")
     assert strategy.state_dict_type == "full"
-    assert FSDPStrategy().state_dict_type == "sharded"  # trainmesh's default (Lightning's is "full")
+    assert FSDPStrategy().state_dict_type == "full"  # Lightning 2.6's default: one file (before: "sharded")
 
     assert FSDPStrategy(auto_wrap_policy=ModuleWrapPolicy({Block})).wrap == [Block]
     partial = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
@@ -216,9 +216,42 @@ def test_fsdp_in_lightnings_words_trains_as_trainmeshs_spelling_of_the_same_layo
     assert lightning["facts"] == ours["facts"] == expected
     for key, value in ours["state_dict"].items():
         torch.testing.assert_close(lightning["state_dict"][key], value, rtol=0, atol=1e-6)
-    # state_dict_type="full": one file of whole tensors, as trained; trainmesh's default: a DCP directory.
-    assert lightning["file"] and not ours["file"]
-    assert all(torch.equal(lightning["saved"][k], lightning["state_dict"][k]) for k in lightning["state_dict"])
+    # state_dict_type="full", Lightning's default and trainmesh's: one file of whole tensors, as trained.
+    assert lightning["file"] and ours["file"]  # before: trainmesh's default wrote a directory
+    for run in (lightning, ours):
+        assert all(torch.equal(run["saved"][k], run["state_dict"][k]) for k in run["state_dict"])
+
+
+def test_fsdps_default_checkpoint_is_one_file_as_lightnings_read_by_torch_load_and_load_from_checkpoint(legs):
+    """``FSDPStrategy()``'s checkpoint (the "ours" leg: 2 processes, no ``state_dict_type``) is what
+    Lightning 2.6.6's FSDPStrategy writes by default (its FSDP needs a GPU: compared with its code, fsdp.py
+    ``save_checkpoint``/``optimizer_state``): one file from rank 0, the whole weights under the module's
+    names, the optimizer state in torch's own numbered form (its ``rekey_optim_state_dict`` to parameter
+    ids), and the checkpoint's other keys as any one-file save. Before: a directory, which ``torch.load``
+    and ``load_from_checkpoint`` stop on with IsADirectoryError."""
+    from lightning_arguments_run import Blocks, blocks_data
+    from torch.utils.data import DataLoader
+
+    ours = trained(legs, "fsdp-ours")
+    path = legs.root / "fsdp-ours.ckpt"
+    assert path.is_file()
+    saved = torch.load(path, weights_only=False)
+    single = quiet_trainer(max_steps=1, default_root_dir=legs.root)
+    single.fit(Blocks(), DataLoader(blocks_data(16), batch_size=8))
+    single.save_checkpoint(legs.root / "single.ckpt")
+    assert sorted(saved) == sorted(torch.load(legs.root / "single.ckpt", weights_only=False))
+    (optimizer,) = saved["optimizer_states"]
+    names = [name for name, _ in Blocks().named_parameters()]
+    (group,) = optimizer["param_groups"]
+    assert group["params"] == list(range(len(names))) and group["param_names"] == names
+    assert sorted(optimizer["state"]) == list(range(len(names)))
+    for number, name in enumerate(names):  # whole moments, not one rank's shard
+        assert optimizer["state"][number]["exp_avg"].shape == ours["state_dict"][name].shape, name
+    model = Blocks()
+    torch.optim.Adam(model.parameters()).load_state_dict(optimizer)  # torch's own optimizer reads it
+    loaded = Blocks.load_from_checkpoint(path)
+    for name, tensor in ours["state_dict"].items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
 
 
 def test_fault_tolerance_refuses_lightnings_hybrid_sharding_as_it_refuses_hybrid():

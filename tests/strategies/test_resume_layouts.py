@@ -44,8 +44,11 @@ LAYOUTS = list(WORLD)
 # Outside the documented table, checked to and from one process only: pp x dp_shard and HSDP
 # (dp_replicate=2 x dp_shard=2).
 MORE = {"pp_fsdp": 4, "hsdp": 4}
-SAME_ARITHMETIC = {frozenset({"ddp", "fsdp"})}
-WRITES_A_FILE = {"single", "ddp"}  # the others write a distributed checkpoint (a directory)
+# The table's fsdp is FSDPStrategy(state_dict_type="sharded"); strategy="fsdp" as it is (Lightning's default,
+# "full": one file gathered on rank 0) is saved too, and resumed under fsdp and one process.
+FULL = {"fsdp_full": 2}
+SAME_ARITHMETIC = {frozenset({"ddp", "fsdp"}), frozenset({"fsdp_full", "fsdp"})}
+WRITES_A_FILE = {"single", "ddp", "fsdp_full"}  # the others write a distributed checkpoint (a directory)
 # A one-file checkpoint whose optimizer state is numbered without the parameters' names (torch's
 # optimizer.state_dict() as it is: another program's, or trainmesh's before it recorded them).
 UNNAMED = "single.ckpt.unnamed"
@@ -58,7 +61,7 @@ TIED_SAVED, TIED = ["single", "fsdp", "tp"], ("transformer.wte.weight", "lm_head
 def _plan(root: Path) -> list:
     def leg(mode: str, layout: str, name: str, ckpt: str | None = None, *options: str) -> tuple:
         argv = [mode, str(root / f"{name}.pt"), layout, *([str(root / ckpt)] if ckpt else []), *options]
-        return name, {**WORLD, **MORE}[layout], argv, {}
+        return name, {**WORLD, **MORE, **FULL}[layout], argv, {}
 
     def gpt(mode: str, layout: str, name: str, ckpt: str | None = None, *options: str) -> tuple:
         return leg(mode, layout, f"gpt-{name}", ckpt and f"gpt-{ckpt}", "model=gpt", *options)
@@ -89,7 +92,9 @@ def _plan(root: Path) -> list:
         gpt("pause", "single", "pause-single", "single.ckpt"),
         None,
         *first(two),
+        leg("pause", "fsdp_full", "pause-fsdp_full", "fsdp_full.ckpt"),
         *resumes(["single", *two], two),
+        *resumes(list(FULL), ["fsdp"]),
         unnamed("tp"),
         gpt("pause", "fsdp", "pause-fsdp", "fsdp.ckpt"),
         gpt("pause", "tp", "pause-tp", "tp.ckpt"),
@@ -110,7 +115,7 @@ def _plan(root: Path) -> list:
         leg("fails", "pp", "gpt-published", None, "model=published_gpt"),
         None,
         *resumes(LAYOUTS, ["single"]),
-        *resumes(list(MORE), ["single"]),
+        *resumes([*MORE, *FULL], ["single"]),
     ]
 
 
@@ -129,8 +134,8 @@ def runs(tmp_path_factory) -> Runs:
     return Runs(tmp_path_factory.mktemp("resume_layouts"))
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_one_process_and_ddp_write_a_file_the_sharded_layouts_a_directory(runs, layout):
+@pytest.mark.parametrize("layout", [*LAYOUTS, *FULL])
+def test_one_process_ddp_and_fsdps_default_write_a_file_the_sharded_layouts_a_directory(runs, layout):
     # First in the module: its cases run the launches one or two at a time, in order, each test
     # well inside the suite's per-test timeout (the first resume cell would wait for all five).
     runs(f"pause-{layout}")
@@ -140,7 +145,12 @@ def test_one_process_and_ddp_write_a_file_the_sharded_layouts_a_directory(runs, 
 
 @pytest.mark.parametrize(
     ("saved", "resumed"),
-    [*itertools.product(LAYOUTS, LAYOUTS), *((layout, "single") for layout in MORE), *(("single", x) for x in MORE)],
+    [
+        *itertools.product(LAYOUTS, LAYOUTS),
+        *((layout, "single") for layout in MORE),
+        *(("single", x) for x in MORE),
+        *((layout, resumed) for layout in FULL for resumed in ("fsdp", "single")),
+    ],
 )
 def test_a_checkpoint_resumes_under_any_layout_like_the_uninterrupted_run(runs, saved, resumed):
     run, reference = runs(f"{saved}-to-{resumed}"), runs(f"full-{resumed}")

@@ -1,7 +1,8 @@
-"""One leg of the ckpt_path="last" test for distributed (directory) checkpoints, run as its own program.
+"""One leg of the ckpt_path="last" test for fsdp's checkpoints, run as its own program.
 
 python last_dirs_run.py ROOT OUT STRATEGY STEPS [last]
-  Train on 2 CPU processes with ModelCheckpoint(save_last=True) under ROOT up to global step STEPS;
+  STRATEGY: fsdp (its default: one file of whole tensors) or fsdp-sharded (state_dict_type="sharded":
+  a distributed checkpoint, a directory). Train on 2 CPU processes with ModelCheckpoint(save_last=True) under ROOT up to global step STEPS;
   with "last", fit(ckpt_path="last"). Rank 0 saves to OUT the full weights and global step at the
   start of training (after any resume) and at the end.
 python last_dirs_run.py --batch SPEC.json  -> several legs in one launch, one after another
@@ -18,6 +19,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import trainmesh as tm  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.callbacks import ModelCheckpoint  # noqa: E402
+from trainmesh.strategies import FSDPStrategy  # noqa: E402
+
+STRATEGIES = {"fsdp": lambda: "fsdp", "fsdp-sharded": lambda: FSDPStrategy(state_dict_type="sharded")}
 
 
 class Wide(tm.Module):
@@ -59,7 +63,7 @@ def main(argv: list[str]) -> None:
     data = DataLoader(TensorDataset(x, x[:, :4].argmax(1)), batch_size=8)
     record = Record()
     trainer = quiet_trainer(
-        strategy=strategy,
+        strategy=STRATEGIES[strategy](),
         devices=2,
         max_steps=steps,
         default_root_dir=root,

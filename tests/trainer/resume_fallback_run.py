@@ -19,6 +19,7 @@ from last_dirs_run import Record, Wide  # noqa: E402
 
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.callbacks import ModelCheckpoint  # noqa: E402
+from trainmesh.strategies import FSDPStrategy  # noqa: E402
 
 
 def main(argv: list[str]) -> None:
@@ -28,7 +29,7 @@ def main(argv: list[str]) -> None:
     data = DataLoader(TensorDataset(x, x[:, :4].argmax(1)), batch_size=8)
     record = Record()
     trainer = quiet_trainer(
-        strategy="fsdp",
+        strategy=FSDPStrategy(state_dict_type="sharded"),  # distributed checkpoints: a shard per rank
         devices=2,
         max_steps=steps,
         default_root_dir=root,

@@ -17,7 +17,7 @@ SCRIPT = Path(__file__).parent / "last_dirs_run.py"
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")  # one-process DCP
 
 
-STRATEGIES = ["fsdp", "sharded"]
+STRATEGIES = ["fsdp", "fsdp-sharded"]  # one file (fsdp's default, as Lightning's), a directory
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +58,14 @@ def leg(legs, strategy, name):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_fsdp_resumes_from_its_last_directory_checkpoint(legs, strategy):
+def test_fsdp_resumes_from_its_last_checkpoint_a_file_or_a_directory(legs, strategy):
     first = leg(legs, strategy, "first")
     last = [path for path, _ in legs.last_after_first[strategy]]
     is_dir = [directory for _, directory in legs.last_after_first[strategy]]  # when the first leg ended
-    assert len(last) == 1 and is_dir[0], last  # fsdp's last checkpoint is a directory
+    # fsdp's last checkpoint: one file by default (Lightning's state_dict_type="full"), a directory when sharded
+    assert len(last) == 1 and is_dir[0] == (strategy == "fsdp-sharded"), last
     second = leg(legs, strategy, "second")
-    # Resumed from the directory, not started over (step 0 means "last" found nothing).
+    # Resumed from it, not started over (step 0 means "last" found nothing).
     assert second["start"]["step"] == 6, "ckpt_path='last' did not resume from " + str(last[0])
     assert second["end"]["step"] == 10
     saved, loaded = first["end"]["state_dict"], second["start"]["state_dict"]

@@ -3,6 +3,7 @@ run's checkpoints (trainer/run_identity.py): programs that share one default_roo
 
 import os
 import shutil
+import signal
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ import trainmesh as tm
 from helpers.models import DropoutNet, flat_weights, loaders, quiet_trainer
 from helpers.restarts import as_restart_of
 from helpers.said import said
-from trainmesh.supervision import PREEMPTION_CHECKPOINT
+from trainmesh.supervision import PREEMPTION_CHECKPOINT, Preempted
 
 
 class OtherNet(DropoutNet):
@@ -92,3 +93,58 @@ def test_a_preemption_checkpoint_another_program_left_does_not_make_a_fresh_prog
     assert first == 0, said(caplog)
     assert f"{marker} is not this program's preemption checkpoint" in said(caplog)
     assert os.path.exists(marker)  # left for the program it belongs to
+
+
+class StopAt(tm.Callback):
+    """SIGTERM to this process after step ``at``, as SLURM or Kubernetes would send it."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _steps(root, model_class, stop_at=None):
+    tm.seed_everything(0)
+    first, model = FirstStep(), model_class()
+    callbacks = [first] if stop_at is None else [first, StopAt(stop_at)]
+    trainer = quiet_trainer(max_steps=10, default_root_dir=root, exact_resume=True, callbacks=callbacks)
+    trainer.fit(model, loaders()[0])
+    return model, first.step
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
+def test_two_programs_preempted_in_one_folder_each_resume_their_own_state(tmp_path, monkeypatch, caplog):
+    # Before: both saved <folder>/last-preempted.ckpt, B's overwrote A's, and A's next run, finding B's,
+    # started over (A's 3 steps lost). Now each program's file is named by its hash: both resume.
+    saved = {}
+    for model_class, at in ((DropoutNet, 3), (OtherNet, 5)):
+        with pytest.raises(Preempted):
+            _steps(tmp_path, model_class, stop_at=at)
+        saved[model_class] = max(tmp_path.glob("last-preempted*.ckpt"), key=os.path.getmtime)  # the one just saved
+    assert saved[DropoutNet] != saved[OtherNet] and saved[DropoutNet].exists(), "B's state overwrote A's"
+    for model_class, at in ((DropoutNet, 3), (OtherNet, 5)):
+        with monkeypatch.context() as patched:
+            as_restart_of(patched, saved[model_class])
+            resumed, first = _steps(tmp_path, model_class)
+        assert first == at, said(caplog)
+        assert f"the previous run was preempted: resuming from {saved[model_class]}" in said(caplog)
+        assert not saved[model_class].exists()  # retired by its own program's finished fit
+        never_stopped, _ = _steps(tmp_path / f"never_stopped_{at}", model_class)
+        assert torch.equal(flat_weights(resumed), flat_weights(never_stopped))
+
+
+def test_a_preemption_checkpoint_of_the_previous_release_is_still_resumed_by_its_program(tmp_path, monkeypatch, caplog):
+    # last-preempted.ckpt, the one name every program shared before: its own program resumes it and retires it.
+    with pytest.raises(Preempted):
+        _steps(tmp_path, DropoutNet, stop_at=4)
+    (new,) = tmp_path.glob("last-preempted-*.ckpt")
+    old = new.rename(tmp_path / PREEMPTION_CHECKPOINT)
+    as_restart_of(monkeypatch, old)
+    resumed, first = _steps(tmp_path, DropoutNet)
+    assert first == 4, said(caplog)
+    assert not old.exists()
+    never_stopped, _ = _steps(tmp_path / "never_stopped", DropoutNet)
+    assert torch.equal(flat_weights(resumed), flat_weights(never_stopped))

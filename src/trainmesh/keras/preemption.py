@@ -3,10 +3,12 @@ saves the run's state, the run exits 75, and the same ``fit`` run again continue
 
 The run's supervision (``supervision/``, as under the Trainer) catches the signals while Keras'
 ``model.fit`` runs; SyncCallback asks it after every batch whether every process stops now. The
-state is saved by rank 0 alone, to ``trainmesh_keras/fit-<hash>/last-preempted.ckpt`` under the
-working directory (``FOLDER``; the hash is of what makes the fit the same one: the how-manieth
+state is saved by rank 0 alone, to ``trainmesh_keras/fit-<hash>/last-preempted-<program>.ckpt`` under
+the working directory (``FOLDER``; the folder's hash is of what makes the fit the same one: the how-manieth
 ``fit`` of the script it is, the model's variables, the number of processes and samples, ``epochs``,
-``batch_size``, ``shuffle``): the model's and the optimizer's variables, the epoch and the batches of it
+``batch_size``, ``shuffle``; the file's, ``run_identity.preemption_name``, of the program: its command
+line, model class and fit number, so that two scripts whose fits name one folder keep a state each;
+``last-preempted.ckpt``, the previous release's name, is still read): the model's and the optimizer's variables, the epoch and the batches of it
 already trained, the epoch logs so far (History), and each process's metric totals of the epoch
 and random generator states, as they were when the epoch began and as they are (gathered to rank 0).
 
@@ -45,7 +47,6 @@ from trainmesh.utilities.lightning_loggers import lightning_named_logger
 log = lightning_named_logger(__name__)
 
 FOLDER = "trainmesh_keras"  # under the working directory: where the script is run again
-STATE = "last-preempted.ckpt"  # the supervision's name (supervision/preemption.py)
 
 
 def _samples(x: Any) -> int | None:
@@ -78,6 +79,7 @@ class KerasPreemption:
         # Which program saves here (run_identity, as the Trainer's checkpoints): scripts sharing a working
         # directory can name the same folder (a sweep's differing in an argument), and each resumes its own.
         self.run = run_identity.this_run(model, fit=call)
+        self.name = run_identity.preemption_name(self.run)  # the state's file in the folder: this program's
         self.epoch, self.batches = 0, 0  # the epoch running and its batches done
         self.epoch_random: dict[str, Any] | None = None  # this process's generators when the epoch began
         self.logs: list[dict[str, Any]] = []  # epoch logs, from the first epoch of the run on
@@ -89,18 +91,22 @@ class KerasPreemption:
     # ---- resuming -------------------------------------------------------------------------------
     def find(self) -> None:
         """Before ``model.fit``: rank 0's saved state, if the previous run was preempted (every rank)."""
-        reason = self.runtime.supervision.restart_reason(self.folder)
+        supervision = self.runtime.supervision
+        reason = supervision.restart_reason(self.folder, self.name)
         reason = next((r for r in self.runtime.all_gather_object(reason) if r), None)
-        path = os.path.join(self.folder, STATE)
-        found = None
-        if self.runtime.global_rank == 0 and reason is not None and os.path.exists(path):
-            found = _load(path)
+        path, found = os.path.join(self.folder, self.name), None
+        # Its own file, else one the previous release wrote (``last-preempted.ckpt``, perhaps another program's).
+        for candidate in supervision.preemption_checkpoints(self.folder, self.name) if reason is not None else []:
+            if self.runtime.global_rank != 0 or not os.path.exists(candidate):
+                continue
+            saved = _load(candidate)
             # The state is the preemption marker itself: the Trainer's rule (a marker another program
             # left is no reason to resume, launcher restart or not) comes down to the program's match.
-            why = run_identity.other_program(found, self.run)
-            if why is not None:
-                log.info(f"trainmesh: {path} is not this program's preemption state ({why}): left for its own program")
-                found = None
+            why = run_identity.other_program(saved, self.run)
+            if why is None:
+                path, found = candidate, saved
+                break
+            log.info(f"trainmesh: {candidate} is not this program's preemption state ({why}): left for its own program")
         if self.runtime.global_rank == 0 and reason is not None:
             said = f"resuming from {path}" if found else "but there is no saved state: training starts afresh"
             log.info(f"trainmesh: {reason}: {said}")  # on stderr, as the Trainer's notices

@@ -176,7 +176,9 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     state.preemption = preemption = KerasPreemption(runtime, model, whole, kwargs, call)
     preemption.find()
     supervision = runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75 (preemption.py)
-    with supervision.stop_signals(runtime.process, folder=preemption.folder, save=preemption.save):
+    with supervision.stop_signals(
+        runtime.process, folder=preemption.folder, name=preemption.name, save=preemption.save
+    ):
         with installed(model, state), printing_on_rank_0(rank):
             history = model.fit(x, y, sample_weight=sample_weight, **kwargs)
         supervision.finish_fit(

@@ -192,6 +192,24 @@ def numbered_by_position(state: dict[str, Any], optimizer: torch.optim.Optimizer
     return numbered
 
 
+def numbered_as_torch(state: dict[str, Any]) -> dict[str, Any]:
+    """A gathered optimizer state keyed by parameter name (DCP's full state: each group lists its
+    parameters' names in the optimizer's order) in torch's own form, as a one-process or ddp file
+    holds it: numbered in that order, each group's names kept as ``param_names``. Lightning 2.6's
+    FSDP writes its full state so (``FSDP.rekey_optim_state_dict`` to parameter ids), and
+    ``optimizer.load_state_dict`` reads only that form. An empty state (a rank other than 0 of a
+    gather onto rank 0) stays empty."""
+    numbers: dict[str, int] = {}
+    groups = []
+    for group in state.get("param_groups", []):
+        names, first = list(group["params"]), len(numbers)
+        numbers.update((name, first + i) for i, name in enumerate(names))
+        groups.append({**group, "params": [numbers[name] for name in names], "param_names": names})
+    if not groups:
+        return state
+    return {**state, "state": {numbers[name]: value for name, value in state["state"].items()}, "param_groups": groups}
+
+
 def load(
     path: str,
     module: nn.Module | None,

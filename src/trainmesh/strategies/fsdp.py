@@ -196,8 +196,9 @@ class FSDPStrategy(DistributedStrategy):
         reshard_after_forward = lightning.get("reshard_after_forward", reshard_after_forward)
         shard_size, hybrid = lightning.get("shard_size", shard_size), lightning.get("hybrid", hybrid)
         self.replicas: int | None = lightning.get("replicas")  # device_mesh=(replicas, shard_size)
-        # "full": checkpoints are one file of whole tensors (Lightning's default); "sharded": a DCP directory.
-        self.state_dict_type: str = lightning.get("state_dict_type", "sharded")
+        # "full" (Lightning 2.6's default, and trainmesh's): a checkpoint is one file of whole tensors, gathered
+        # on rank 0, that torch.load reads; "sharded": a distributed checkpoint directory, each rank its shards.
+        self.state_dict_type: str = lightning.get("state_dict_type", "full")
         if isinstance(activation_checkpointing, type):  # Lightning's deprecated spelling takes one class
             activation_checkpointing = [activation_checkpointing]
         cpu_offload = bool(getattr(cpu_offload, "offload_params", cpu_offload))  # FSDP1's CPUOffload too
@@ -296,8 +297,8 @@ class FSDPStrategy(DistributedStrategy):
         )
         if on_meta:
             materialize(module, torch.device("cpu") if offload else self._device)
-        if self.state_dict_type == "sharded":
-            checkpoints.import_distributed_checkpoint()  # its saves are DCP's: not inside the first
+        # Its saves gather or write through DCP's state dicts ("full" and "sharded" alike): not inside the first.
+        checkpoints.import_distributed_checkpoint()
         return root
 
     @property
@@ -354,8 +355,17 @@ class FSDPStrategy(DistributedStrategy):
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
     ) -> dict[str, Any]:
         assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
-        sharded = sharded and self.state_dict_type == "sharded"
-        return checkpoints.sharded_state_dict(checkpoints.unwrap(module), optimizers, sharded=sharded)
+        inner, gather = checkpoints.unwrap(module), not sharded or self.state_dict_type == "full"
+        state = checkpoints.sharded_state_dict(inner, optimizers, sharded=not gather)
+        if not gather:
+            return state
+        # Whole tensors on rank 0: the optimizer state numbered, as Lightning's "full" file.
+        state["optim"] = [checkpoints.numbered_as_torch(optimizer) for optimizer in state["optim"]]
+        if sharded and self._mesh.global_rank != 0:
+            # What a checkpoint stores, asked on a rank that writes none: its shards (no gather), which name
+            # every entry with its global shape, as the check of a checkpoint being loaded reads them.
+            state["model"] = checkpoints.sharded_state_dict(inner, [], sharded=True)["model"]
+        return state
 
     def load_state_dict(
         self,

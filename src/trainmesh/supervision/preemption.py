@@ -6,15 +6,18 @@ either one only sets a flag (work done inside a signal handler, a collective or 
 deadlock against the code it interrupted). The loop looks at the flag after every step; the
 processes agree on the step to stop after (``stop_agreement.py``: one small all_reduce about
 every quarter second of training, so within about half a second), then save the full training state
-to ``<default_root_dir>/last-preempted.ckpt`` (a collective, like every save), and exit with
-status 75 (``launchers/exit_status.py``). Under SLURM, SIGUSR1 also requeues the job.
+to ``<default_root_dir>/last-preempted-<program>.ckpt`` (a collective, like every save), and exit with
+status 75 (``launchers/exit_status.py``). Under SLURM, SIGUSR1 also requeues the job. ``<program>`` is a
+short hash of the program (``trainer/run_identity.py``: its command line, module class and which fit of
+the process it is), so that programs preempted in one folder each keep their own state; the file a
+previous release wrote, ``last-preempted.ckpt``, is still found, resumed by its own program and retired.
 
 The next start resumes by itself: ``fit`` with ``ckpt_path=None`` resumes from the newest
-complete checkpoint of the run, whatever its name (``last-preempted.ckpt``, a ``last.ckpt``, or the
+complete checkpoint of the run, whatever its name (``last-preempted-<program>.ckpt``, a ``last.ckpt``, or the
 default callback's ``epoch=E-step=S.ckpt``), when the previous run was preempted (that file exists), when an elastic
 agent restarted the workers (``TORCHELASTIC_RESTART_COUNT`` > 0), or when SLURM requeued the job
-(``SLURM_RESTART_COUNT`` > 0). A fit that then ends normally removes ``last-preempted.ckpt``, so
-that the following run of the script starts afresh.
+(``SLURM_RESTART_COUNT`` > 0). A fit that then ends normally removes its ``last-preempted-<program>.ckpt``,
+so that the following run of the script starts afresh.
 
 >>> # sbatch --signal=USR1@90 --requeue train.sh; in train.py, as always:
 >>> # trainer.fit(model, datamodule=dm)   # stops, saves and requeues on USR1; resumes when requeued
@@ -45,7 +48,9 @@ if TYPE_CHECKING:
 # trainmesh's own info lines: on stderr, as Lightning's are, and governed as they are (lightning_loggers.py)
 log = lightning_named_logger(__name__)
 
-PREEMPTION_CHECKPOINT = "last-preempted.ckpt"  # a "last" name: ckpt_path="last" finds it too
+# The name before each program had its own (``last-preempted-<program>.ckpt``): still read. A "last" name,
+# as the new ones: ckpt_path="last" finds them too.
+PREEMPTION_CHECKPOINT = "last-preempted.ckpt"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
@@ -64,16 +69,16 @@ class SignalStop:
     def __init__(self) -> None:
         self._received = 0  # the largest signal number received (SIGTERM 15 beats SIGUSR1 10)
         self._agreement: StopAgreement | None = None
-        self._process, self._folder = ProcessInfo(), ""
+        self._process, self._folder, self._name = ProcessInfo(), "", PREEMPTION_CHECKPOINT
         self._save: Callable[[str], None] | None = None  # while armed
 
     @contextlib.contextmanager
-    def armed(self, process: ProcessInfo, *, folder: str, save: Callable[[str], None]) -> Iterator[None]:
+    def armed(self, process: ProcessInfo, *, folder: str, name: str, save: Callable[[str], None]) -> Iterator[None]:
         """Catch the stop signals while the block runs; the previous handlers afterwards. On a
-        stop, ``save(path)`` writes the checkpoint (a collective) under ``folder``."""
+        stop, ``save(path)`` writes the checkpoint (a collective) to ``folder/name``: the program's own."""
         # Each fit starts afresh (one service serves every fit of a Runtime).
         self._received, self._agreement = 0, None
-        self._process, self._folder, self._save = process, folder, save
+        self._process, self._folder, self._name, self._save = process, folder, name, save
         if threading.current_thread() is not threading.main_thread():
             # Python runs signal handlers in the main thread only, and only it may install them.
             yield
@@ -113,7 +118,7 @@ class SignalStop:
         agreed = self._agreement.settle() if self._agreement is not None else self._received
         name = exit_status.describe_signal(agreed)
         process = self._process
-        path = os.path.join(self._folder, PREEMPTION_CHECKPOINT)
+        path = os.path.join(self._folder, self._name)
         assert self._save is not None, "save_and_exit runs inside armed()"
         self._save(path)  # a collective: every process has stopped after the same step
         who = "every process" if process.world_size > 1 else "training"
@@ -135,20 +140,32 @@ class SignalStop:
 
     def finish_fit(self, *, step: int, epoch: int, owned: Callable[[str], bool] | None = None) -> None:
         """After the loop: a signal that came after the last step still saves and exits; a fit
-        that ends normally retires the preemption checkpoint it may have resumed from (where
-        ``owned`` says it is this program's: another program's next run resumes from its own)."""
+        that ends normally retires the preemption checkpoint it may have resumed from, its own or one
+        under the previous release's name (where ``owned`` says it is this program's: another
+        program's next run resumes from its own)."""
         agreed = self._agreement.settle(self._received) if self._agreement is not None else self._received
         if agreed:
             self.save_and_exit(step=step, epoch=epoch)
-        path = os.path.join(self._folder, PREEMPTION_CHECKPOINT)
-        if self._process.is_global_zero and os.path.exists(path) and (owned is None or owned(path)):
-            # Kept, the next run of the script would resume from it instead of starting afresh.
-            remove_checkpoint(path)  # a distributed one is a folder: never seen half-deleted
-            log.info(f"trainmesh: training finished; removed {path}, the preempted run's checkpoint")
+        if not self._process.is_global_zero:
+            return
+        for path in preemption_checkpoints(self._folder, self._name):
+            if os.path.exists(path) and (owned is None or owned(path)):
+                # Kept, the next run of the script would resume from it instead of starting afresh.
+                remove_checkpoint(path)  # a distributed one is a folder: never seen half-deleted
+                log.info(f"trainmesh: training finished; removed {path}, the preempted run's checkpoint")
 
 
-def restart_reason(folder: str) -> str | None:
+def preemption_checkpoints(folder: str, name: str) -> list[str]:
+    """Where a program's preemption checkpoint may be in ``folder``: its own name, then the one
+    name every program shared before (a state the previous release wrote, perhaps another program's)."""
+    return [os.path.join(folder, name)] + (
+        [os.path.join(folder, PREEMPTION_CHECKPOINT)] if name != PREEMPTION_CHECKPOINT else []
+    )
+
+
+def restart_reason(folder: str, name: str) -> str | None:
     """Why this process resumes rather than starts afresh: an elastic restart or a SLURM requeue
-    (the launcher's answer), or a preemption checkpoint in ``folder``; None on a first start."""
-    marker = os.path.join(folder, PREEMPTION_CHECKPOINT)
-    return restart_reason_of_launch() or ("the previous run was preempted" if os.path.exists(marker) else None)
+    (the launcher's answer), or a preemption checkpoint in ``folder`` (the program's ``name``, or the
+    previous release's); None on a first start."""
+    preempted = any(os.path.exists(path) for path in preemption_checkpoints(folder, name))
+    return restart_reason_of_launch() or ("the previous run was preempted" if preempted else None)

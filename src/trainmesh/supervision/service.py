@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 from trainmesh.launchers.base import ProcessInfo
 from trainmesh.supervision import departures
-from trainmesh.supervision.preemption import SignalStop, restart_reason
+from trainmesh.supervision.preemption import SignalStop, preemption_checkpoints, restart_reason
 from trainmesh.supervision.watchdog import AUTO, StepWatchdog
 
 
@@ -77,11 +77,12 @@ class Supervision:
 
     # ---- preemption -----------------------------------------------------------------------------
     def stop_signals(
-        self, process: ProcessInfo, *, folder: str, save: Callable[[str], None]
+        self, process: ProcessInfo, *, folder: str, name: str, save: Callable[[str], None]
     ) -> AbstractContextManager[None]:
         """During the block, SIGTERM/SIGUSR1 only set a flag; on a stop, ``save(path)`` writes
-        ``<folder>/last-preempted.ckpt`` (a collective) before the run exits with status 75."""
-        return self._signals.armed(process, folder=folder, save=save)
+        ``<folder>/<name>`` (a collective; ``name``: the program's own, run_identity.preemption_name)
+        before the run exits with status 75."""
+        return self._signals.armed(process, folder=folder, name=name, save=save)
 
     @property
     def received_sigterm(self) -> bool:
@@ -103,6 +104,11 @@ class Supervision:
         (where ``owned`` says it is this program's)."""
         self._signals.finish_fit(step=step, epoch=epoch, owned=owned)
 
-    def restart_reason(self, folder: str) -> str | None:
-        """Why this process resumes (this process's answer; the caller agrees across ranks), or None."""
-        return restart_reason(folder)
+    def restart_reason(self, folder: str, name: str) -> str | None:
+        """Why this process resumes (this process's answer; the caller agrees across ranks), or None;
+        ``name``: the program's preemption checkpoint in ``folder``."""
+        return restart_reason(folder, name)
+
+    def preemption_checkpoints(self, folder: str, name: str) -> list[str]:
+        """Where the program's preemption checkpoint may be: its own name, then the previous release's."""
+        return preemption_checkpoints(folder, name)

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from trainmesh.checkpoint import DamagedCheckpoint, LastCheckpoints, check_weights_only, checkpoint_entries
@@ -98,7 +99,7 @@ def read_fit_checkpoint(
     return source, read(source)
 
 
-def select_named_last(trainer: TrainerView, runtime: Runtime, ckpt_path: str | None) -> str | None:
+def select_named_last(trainer: TrainerView, runtime: Runtime, ckpt_path: str | None, module: Any) -> str | None:
     """Lightning's ``_select_ckpt_path`` for a ``fit(ckpt_path="last")`` resumed as Lightning's, run as
     its ``fit`` runs it: before the run's set-up, so its warning where there is no last file comes
     before the setup hooks' (ModelCheckpoint's "directory exists and is not empty"), and the folders
@@ -108,7 +109,9 @@ def select_named_last(trainer: TrainerView, runtime: Runtime, ckpt_path: str | N
     after the set-up, which needs the module), is returned as given."""
     if str(ckpt_path) != "last" or not getattr(trainer, "_named_resume", False):
         return ckpt_path
-    if _restart_reason(trainer, runtime) is not None:
+    # the fit about to start: its module is not attached yet, and it is not counted yet (stage_setup.py)
+    upcoming = run_identity.this_run(module, fit=run_identity.next_fit())
+    if _restart_reason(runtime, str(trainer.default_root_dir), run_identity.preemption_name(upcoming)) is not None:
         return ckpt_path
     return _agreed(runtime, functools.partial(fit_last_checkpoint, trainer) if runtime.is_global_zero else None)
 
@@ -116,10 +119,11 @@ def select_named_last(trainer: TrainerView, runtime: Runtime, ckpt_path: str | N
 Foreign = Callable[[dict[str, Any]], "str | None"]  # why a checkpoint belongs to another run, or None
 
 
-def _restart_reason(trainer: TrainerView, runtime: Runtime) -> tuple[str, str | None] | None:
-    """Any process's reason to restart, with its launcher's restart key; an elastic agent counts only
-    its own node's restarts (a collective: every process calls it)."""
-    reason = runtime.supervision.restart_reason(trainer.default_root_dir)
+def _restart_reason(runtime: Runtime, folder: str, name: str) -> tuple[str, str | None] | None:
+    """Any process's reason to restart (``name``: this program's preemption file in ``folder``), with
+    its launcher's restart key; an elastic agent counts only its own node's restarts (a collective:
+    every process calls it)."""
+    reason = runtime.supervision.restart_reason(folder, name)
     mine = (reason, run_identity.launch_restart_key()) if reason else None
     return next((r for r in runtime.all_gather_object(mine) if r), None)
 
@@ -129,12 +133,14 @@ def _restart(trainer: TrainerView, runtime: Runtime) -> tuple[str, Foreign] | No
     checkpoints are its own (``run_identity.py``), or None; any process's reason counts: an elastic
     agent counts only its own node's restarts. A preemption checkpoint another program left is no
     reason: this fit starts afresh and leaves it to that program."""
-    found = _restart_reason(trainer, runtime)
+    current = run_identity.this_run(trainer.lightning_module)
+    folder, name = str(trainer.default_root_dir), run_identity.preemption_name(current)
+    found = _restart_reason(runtime, folder, name)
     if found is None:
         return None
     reason, key = found
-    current = run_identity.this_run(trainer.lightning_module)
-    marker = _agreed(runtime, functools.partial(_marker_run, trainer, current) if runtime.is_global_zero else None)
+    markers = runtime.supervision.preemption_checkpoints(folder, name)
+    marker = _agreed(runtime, functools.partial(_marker_run, markers, current) if runtime.is_global_zero else None)
     runs = [] if marker is None else [marker]  # a launcher restart of a run that resumed a preemption resumes it too
     if key is not None:
         runs.insert(0, {key: current[key]})
@@ -143,22 +149,30 @@ def _restart(trainer: TrainerView, runtime: Runtime) -> tuple[str, Foreign] | No
     return reason, run_identity.owner_check(current, runs)
 
 
-def _marker_run(trainer: TrainerView, current: run_identity.Run) -> dict[str, str | None] | None:
-    """The launcher ids of the preempted run whose checkpoint marks default_root_dir, where that is
-    this program's; None without one, or (said) where another program left it."""
-    from trainmesh.supervision import PREEMPTION_CHECKPOINT
-
-    path = os.path.join(str(trainer.default_root_dir), PREEMPTION_CHECKPOINT)
-    if not os.path.exists(path):
-        return None
-    saved = checkpoint_entries(path)
-    if isinstance(saved, str):  # damaged: the choice skips it with a warning; its run cannot be read
-        return {}
-    why = run_identity.other_program(saved, current)
-    if why is None:
-        return run_identity.launch_ids(saved[run_identity.RUN_KEY])
-    log.info(f"trainmesh: {path} is not this program's preemption checkpoint ({why}): left for its own program")
+def _marker_run(markers: list[str], current: run_identity.Run) -> dict[str, str | None] | None:
+    """The launcher ids of the preempted run whose checkpoint marks default_root_dir (``markers``: the
+    program's own name, then the previous release's shared one), where that is this program's; None
+    without one, or (said) where another program left it."""
+    for path in markers:
+        if not os.path.exists(path):
+            continue
+        saved = checkpoint_entries(path)
+        if isinstance(saved, str):  # damaged: the choice skips it with a warning; its run cannot be read
+            return {}
+        why = run_identity.other_program(saved, current)
+        if why is None:
+            return run_identity.launch_ids(saved[run_identity.RUN_KEY])
+        log.info(f"trainmesh: {path} is not this program's preemption checkpoint ({why}): left for its own program")
     return None
+
+
+def watch_preemption(
+    trainer: TrainerView, runtime: Runtime, module: Any, *, save: Callable[[str], None]
+) -> AbstractContextManager[None]:
+    """During a fit: SIGTERM/SIGUSR1 save this program's preemption checkpoint in default_root_dir (its
+    name ``run_identity.preemption_name``: the automatic resume finds it there) and exit 75."""
+    name = run_identity.preemption_name(run_identity.this_run(module))
+    return runtime.supervision.stop_signals(runtime.process, folder=str(trainer.default_root_dir), name=name, save=save)
 
 
 def owned_by(module: Any) -> Callable[[str], bool]:

@@ -21,6 +21,7 @@ and matches the same record (``keras/preemption.py``; its fit number is ``tk.fit
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -32,6 +33,11 @@ _PROGRAM = ("command", "module", "fit")
 
 Run = dict[str, Any]
 _fits = 0  # the Trainer.fit calls this process has made
+
+
+def next_fit() -> int:
+    """The number the next fit of this process will record (before :func:`stage_started` counts it)."""
+    return _fits + 1
 
 
 def stage_started(stage: str) -> None:
@@ -56,6 +62,14 @@ def this_run(module: Any, environ: Mapping[str, str] | None = None, *, fit: int 
         "module": kind.__qualname__,  # not its import path: a script's classes are __main__'s
         "fit": _fits if fit is None else fit,
     }
+
+
+def preemption_name(run: Run) -> str:
+    """The file name of this program's preemption checkpoint (state): ``last-preempted-<hash>.ckpt``,
+    the hash of what makes the program the same one (its command, module class and fit number), so
+    that programs preempted in one folder each keep theirs, and its next run finds it again."""
+    digest = hashlib.sha256(repr([run[key] for key in _PROGRAM]).encode()).hexdigest()[:10]
+    return f"last-preempted-{digest}.ckpt"
 
 
 def launch_restart_key(environ: Mapping[str, str] | None = None) -> str | None:

@@ -49,6 +49,7 @@ from trainmesh.trainer.resume import (
     read_fit_checkpoint,
     say_restoring,
     select_named_last,
+    watch_preemption,
 )
 from trainmesh.trainer.search_trials import TunerExit
 from trainmesh.trainer.settings import check_loop_settings, settle_limits, whole_count
@@ -342,7 +343,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         try:
             # a ckpt_path the program names resumes as Lightning's does; exact_resume=True: exactly
             state.named_resume = stage == "fit" and ckpt_path is not None and not self._exact_resume
-            ckpt_path = select_named_last(self, self.runtime, ckpt_path)  # (a fit's "last": before its set-up)
+            ckpt_path = select_named_last(self, self.runtime, ckpt_path, model)  # (a fit's "last": before its set-up)
             checkpoints = StageCheckpoints(self, self.runtime, state, weights_only, evaluation_places(self, ckpt_path))
             restore = functools.partial(checkpoints.restore_early, ckpt_path, early)
             loop = prepare_stage(self, model, data, stage, restore if stage == "fit" else None)
@@ -357,9 +358,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
                     say_restoring(source)
                 state.ckpt_path = source
                 supervision = self.runtime.supervision  # SIGTERM/SIGUSR1: save and exit 75
-                with supervision.stop_signals(
-                    self.runtime.process, folder=self.default_root_dir, save=self._save_on_stop
-                ):
+                with watch_preemption(self, self.runtime, state.module, save=self._save_on_stop):
                     saves = self.runtime.checkpoints.saves
                     with saves.in_background(model=state.model, optimizers=state.optimizers):
                         fit_loop.run_fit(loop, checkpoint, source or "")
