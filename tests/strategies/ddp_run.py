@@ -522,14 +522,18 @@ class StrategyFaceNet(Net):
     def on_train_start(self):
         strategy, rank = self.trainer.strategy, self.global_rank
         value = torch.tensor(float(rank))
+        loss = torch.tensor(float(rank))  # reduced through a view, as `reduce(loss.detach())` does
         self.face = {
             "world_size": strategy.world_size,
             "global_rank": strategy.global_rank,
             "is_global_zero": strategy.is_global_zero,
-            "sum": float(strategy.reduce(value, reduce_op="sum")),
-            "mean": float(strategy.reduce(value)),
-            "max": float(strategy.reduce(value, reduce_op=dist.ReduceOp.MAX)),
-            "gather": strategy.all_gather(value.unsqueeze(0)).tolist(),
+            "sum": float(strategy.reduce(value.clone(), reduce_op="sum")),
+            "mean": float(strategy.reduce(value.clone())),
+            "max": float(strategy.reduce(value.clone(), reduce_op=dist.ReduceOp.MAX)),
+            "view_reduced": (float(strategy.reduce(loss.detach(), reduce_op="sum")), float(loss)),
+            "same_object": strategy.reduce(value, reduce_op="max") is value,
+            "int_mean": strategy.reduce(torch.tensor(rank)),
+            "gather": strategy.all_gather(torch.tensor([float(rank)])).tolist(),
             "broadcast": strategy.broadcast(f"from {rank}"),
             "all_true": strategy.reduce_boolean_decision(rank == 0),
             "any_true": strategy.reduce_boolean_decision(rank == 0, all=False),

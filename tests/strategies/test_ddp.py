@@ -128,6 +128,11 @@ def test_lightning_s_collectives_on_trainer_strategy_answer_as_lightning_s_ddp(l
         face = torch.load(f"{out}.rank{rank}")
         assert (face["world_size"], face["global_rank"], face["is_global_zero"]) == (2, rank, rank == 0)
         assert (face["sum"], face["mean"], face["max"]) == (1.0, 0.5, 1.0)
+        # In place, as Lightning's _sync_ddp: the tensor given (and what shares its storage) holds
+        # the result (before: a new tensor, and a logged `loss` kept its own rank's value); an
+        # integer mean is truncated into the integer tensor (1 / 2 -> 0).
+        assert face["view_reduced"] == (1.0, 1.0) and face["same_object"]
+        assert face["int_mean"].dtype == torch.int64 and face["int_mean"].item() == 0
         assert face["gather"] == [[0.0], [1.0]] and face["broadcast"] == "from 0"
         assert (face["all_true"], face["any_true"]) == (False, True)
 

@@ -35,6 +35,25 @@ def reduce(mesh: ParallelMesh, value: torch.Tensor, op: str = "mean", *, over: s
     return reduced / mesh.group_size(over) if op == "mean" else reduced
 
 
+def reduce_in_place(
+    mesh: ParallelMesh, value: torch.Tensor, op: str = "mean", *, over: str = "dp", group: Any = None
+) -> torch.Tensor:
+    """``value`` itself, reduced over the processes along ``over`` (or over ``group``), as
+    Lightning's ``_sync_ddp`` does it: an all-reduce into ``value``, a mean divided in place (an
+    integer tensor's truncated)."""
+    if op not in _OPS:
+        raise ValueError(f"reduce op {op!r} is not known; use one of {sorted(_OPS)}")
+    if group is None:
+        if not _talks(mesh, over):
+            return value
+        group = mesh.group(over)
+    dist.all_reduce(value, op=getattr(dist.ReduceOp, _OPS[op]), group=group)
+    if op != "mean":
+        return value
+    size = dist.get_world_size(group)
+    return value.div_(size) if torch.is_floating_point(value) else value.copy_(value / size)
+
+
 def all_gather(
     mesh: ParallelMesh,
     value: Any,

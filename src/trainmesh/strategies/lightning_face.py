@@ -209,17 +209,14 @@ class LightningStrategyFace:
         return collectives.broadcast(self.mesh, obj, src)
 
     def reduce(self, tensor: Any, group: Any = None, reduce_op: Any = "mean") -> Any:
-        """A tensor reduced over the processes (``"mean"``, ``"sum"``, ``"max"``, ``"min"``), as
-        Lightning's DDP ``reduce``; anything else, or one process without a group, as it is."""
+        """``tensor`` reduced over the processes (``"mean"``, ``"sum"``, ``"max"``, ``"min"``) in place
+        and returned, as Lightning's DDP ``reduce`` (its ``_sync_ddp``): the caller's tensor, and any
+        tensor sharing its storage (``loss.detach()``'s ``loss``), holds the result; an integer
+        mean is truncated into it. Anything else, or one process without a group, as it is."""
         op = _op_name(reduce_op)
         if not isinstance(tensor, torch.Tensor) or not _has_group() or self.world_size == 1:
             return tensor
-        if group is None:
-            return collectives.reduce(self.mesh, tensor, op)
-        reduced = tensor.clone()
-        torch_op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
-        dist.all_reduce(reduced, op=torch_op, group=group)
-        return reduced / dist.get_world_size(group) if op == "mean" else reduced
+        return collectives.reduce_in_place(self.mesh, tensor, op, group=group)
 
     def all_gather(self, tensor: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Every process's tensor stacked on a new dim 0 (as it is without a process group), as
