@@ -148,3 +148,21 @@ def test_a_preemption_checkpoint_of_the_previous_release_is_still_resumed_by_its
     assert not old.exists()
     never_stopped, _ = _steps(tmp_path / "never_stopped", DropoutNet)
     assert torch.equal(flat_weights(resumed), flat_weights(never_stopped))
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
+def test_a_preempted_program_rerun_with_fit_last_resumes_its_own_preemption_state(tmp_path, monkeypatch, caplog):
+    # fit(ckpt_path="last") picks its file before the set-up (resume.select_named_last), before the module is
+    # attached and the fit counted: it must still know its own preemption file (a restart: its own run's
+    # checkpoints only), not take the newest "last" of the folder, another program's preempted state.
+    for model_class, at in ((DropoutNet, 3), (OtherNet, 5)):
+        with pytest.raises(Preempted):
+            _steps(tmp_path, model_class, stop_at=at)
+    own = min(tmp_path.glob("last-preempted-*.ckpt"), key=os.path.getmtime)
+    as_restart_of(monkeypatch, own)
+    tm.seed_everything(0)
+    first, model = FirstStep(), DropoutNet()
+    trainer = quiet_trainer(max_steps=10, default_root_dir=tmp_path, callbacks=[first])
+    trainer.fit(model, loaders()[0], ckpt_path="last")
+    assert first.step == 3, said(caplog)
+    assert f"resuming from {own}" in said(caplog)
