@@ -28,7 +28,11 @@ COVERED_BY: dict[str, list[str]] = {
     "fabric/arguments.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "fabric/checkpoints.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "fabric/launching.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
-    "fabric/loggers/__init__.py": ["fabric/test_loggers_names.py", "fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
+    "fabric/loggers/__init__.py": [
+        "fabric/test_loggers_names.py",
+        "fabric/test_fabric.py",
+        "fabric/test_fabric_ddp.py",
+    ],
     "fabric/precision.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "fabric/wrappers.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py", "fabric/test_save_collections.py"],
     "tuner/temporary_checkpoint.py": ["tuner/test_tuning_messages.py"],
