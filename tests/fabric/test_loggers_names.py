@@ -27,3 +27,19 @@ def test_the_trainer_s_csv_logger_is_the_one_class_of_its_name_with_fabric_impor
         assert not issubclass(fabric_side.CSVLogger, trainer_side.Logger)
         assert issubclass(fabric_side.CSVLogger, fabric_side.Logger)
         assert issubclass(trainer_side.CSVLogger, fabric_side.Logger)
+
+
+def test_fabric_s_logger_module_paths_import_as_lightning_s():
+    # ``from lightning.fabric.loggers.tensorboard import TensorBoardLogger`` (a published Fabric program's
+    # import): ModuleNotFoundError before, trainmesh.fabric.loggers being one module
+    import importlib
+
+    for module, names in (
+        ("tensorboard", ["TensorBoardLogger"]),
+        ("csv_logs", ["CSVLogger"]),
+        ("logger", ["Logger", "rank_zero_experiment"]),
+    ):
+        theirs = importlib.import_module(f"lightning.fabric.loggers.{module}")
+        ours = importlib.import_module(f"trainmesh.fabric.loggers.{module}")
+        for name in names:
+            assert getattr(ours, name).__name__ == getattr(theirs, name).__name__, (module, name)

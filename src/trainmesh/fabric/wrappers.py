@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from trainmesh.fabric.precision import FabricPrecision
+from trainmesh.utilities.apply_func import new_apply_to_collection
 from trainmesh.utilities.collections import apply_to_tensors, move_data_to_device
 
 if TYPE_CHECKING:
@@ -246,12 +247,10 @@ def _unwrap(obj: Any) -> Any:
 
 
 def _unwrap_objects(collection: Any) -> Any:
-    """``collection`` with Fabric's wrappers replaced by what they hold (a dict's values, a list's items)."""
-    if isinstance(collection, dict):
-        return {key: _unwrap(value) for key, value in collection.items()}
-    if isinstance(collection, (list, tuple)):
-        return type(collection)(_unwrap(value) for value in collection)
-    return _unwrap(collection)
+    """``collection`` with Fabric's wrappers replaced by what they hold, at any depth, each mapping,
+    sequence and dataclass rebuilt as its own class (Fabric's ``apply_to_collection`` walk): a saved
+    ``model.hparams`` stays an ``AttributeDict``, a set-up module inside a nested dict is the module."""
+    return new_apply_to_collection(collection, (_FabricModule, _FabricOptimizer, _FabricDataLoader), _unwrap)
 
 
 def is_wrapped(obj: object) -> bool:
