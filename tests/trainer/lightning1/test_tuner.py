@@ -85,3 +85,21 @@ def test_a_program_s_own_tuner_on_a_1x_trainer_searches_as_1_9_5():
     where 1.9.5 finds 8, and ``lr_find`` wrote its suggestion to ``model.lr`` (1.9.5's default
     ``update_attr=False`` leaves it); a published-style program then trained on batch 8 where 1.9.5's on 16."""
     assert _run("tuner_built") == RECORDED["tuner_built"]
+
+
+def test_finder_callbacks_on_a_1x_trainer_search_as_1_9_5():
+    """``BatchSizeFinder`` / ``LearningRateFinder`` among the callbacks of a Trainer spelled for 1.x search by
+    1.9.5's rules (``max_trials=2`` from 2 ends on 8) and leave ``model.lr`` (1.9.5's
+    default ``update_attr=False``). Before, 2.6's: 4, the suggestion written to ``model.lr``, the fit on batch 4."""
+    assert _run("finder_callbacks") == RECORDED["finder_callbacks"]
+
+
+def test_a_1x_run_s_batch_size_finder_with_margin_stops_with_the_reason():
+    """1.9.5's ``BatchSizeFinder`` has no ``margin`` / ``max_val``: a 1.x run follows its search, so a value for
+    either stops before the search rather than being dropped."""
+    calls: list = []
+    model = programs._module(trainmesh, calls)
+    finder = trainmesh.callbacks.BatchSizeFinder(mode="binsearch", margin=0.2, max_trials=2)
+    trainer = trainmesh.Trainer(gpus=0, max_epochs=1, logger=False, callbacks=[finder], **programs.QUIET)
+    with pytest.raises(ValueError, match="1.9.5's BatchSizeFinder has no margin or max_val"):
+        trainer.fit(model)
