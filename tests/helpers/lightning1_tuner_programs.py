@@ -194,6 +194,20 @@ def finder_callbacks(pl) -> dict:
         }
 
 
+def lr_find_validating(pl) -> dict:
+    """``trainer.tuner.lr_find`` on a Trainer spelled for 1.x (``gpus=0``) whose module validates: 1.9.5's
+    search validates before its first batch, which moves the generator the shuffled train loader draws from."""
+    calls: list = []
+    pl.seed_everything(0)
+    with tempfile.TemporaryDirectory() as root:
+        trainer = _trainer(pl, root, gpus=0)
+        model = _module(pl, calls)
+        model.validation_step = lambda batch, batch_idx: calls.append(["validation_step", batch_idx])
+        model.val_dataloader = lambda: DataLoader(TensorDataset(torch.ones(24, 4), torch.ones(24, 1)), batch_size=8)
+        finder = trainer.tuner.lr_find(model, num_training=6)
+        return {"loss": [round(v, 6) for v in finder.results["loss"]], "calls": calls, "weights": _weights(model)}
+
+
 def measure(root: str) -> dict:
     pl = importlib.import_module(root)
     return {
@@ -204,4 +218,5 @@ def measure(root: str) -> dict:
         "tune_both": tune_then_fit(pl, auto_lr_find=True, auto_scale_batch_size="binsearch"),
         "tuner_built": tuner_built(pl),
         "finder_callbacks": finder_callbacks(pl),
+        "lr_find_validating": lr_find_validating(pl),
     }

@@ -103,3 +103,10 @@ def test_a_1x_run_s_batch_size_finder_with_margin_stops_with_the_reason():
     trainer = trainmesh.Trainer(gpus=0, max_epochs=1, logger=False, callbacks=[finder], **programs.QUIET)
     with pytest.raises(ValueError, match="1.9.5's BatchSizeFinder has no margin or max_val"):
         trainer.fit(model)
+
+
+def test_a_1x_search_validates_before_its_first_batch_as_1_9_5():
+    """1.9.5's searches (``trainer.tuner``'s, the finder callbacks') run their fit loop from a restored state
+    and validate before the first batch; with a shuffled train loader that moves its generator. Before:
+    no first validation, so the search's losses differed from the first step (p1: 1.1528 vs 1.1666)."""
+    assert _run("lr_find_validating") == RECORDED["lr_find_validating"]
