@@ -182,6 +182,7 @@ class TrainerView(Protocol):
     def lightning_module(self) -> Any: ...
     @property
     def _written_for_lightning1(self) -> bool: ...  # the run follows pytorch-lightning 1.9.5 (trainer_members.py)
+    def _lightning1_finder(self, finder: Any) -> Any: ...  # 1.9.5's search for a finder callback (trainer_members.py)
     @property
     def model(self) -> Any: ...
     @property

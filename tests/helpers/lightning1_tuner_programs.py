@@ -174,6 +174,40 @@ def tuner_built(pl) -> dict:
         }
 
 
+def finder_callbacks(pl) -> dict:
+    """``BatchSizeFinder`` and ``LearningRateFinder`` (its default ``update_attr``) as callbacks of a Trainer
+    spelled for 1.x (``gpus=0``), then the fit: the sizes and rates found, the state after, the weights."""
+    calls: list = []
+    pl.seed_everything(0)
+    callbacks = importlib.import_module(f"{pl.__name__}.callbacks")
+    with tempfile.TemporaryDirectory() as root:
+        sizes = callbacks.BatchSizeFinder(max_trials=2, steps_per_trial=2)
+        rates = callbacks.LearningRateFinder(num_training_steps=18)
+        trainer = _trainer(pl, root, gpus=0, callbacks=[sizes, rates])
+        model = _module(pl, calls)
+        trainer.fit(model)
+        return {
+            "found": sizes.optimal_batch_size,
+            "suggestion": rates.optimal_lr.suggestion(),
+            "state": {k: v for k, v in _state(trainer, model, root).items() if k != "files"},
+            "weights": _weights(model),
+        }
+
+
+def lr_find_validating(pl) -> dict:
+    """``trainer.tuner.lr_find`` on a Trainer spelled for 1.x (``gpus=0``) whose module validates: 1.9.5's
+    search validates before its first batch, which moves the generator the shuffled train loader draws from."""
+    calls: list = []
+    pl.seed_everything(0)
+    with tempfile.TemporaryDirectory() as root:
+        trainer = _trainer(pl, root, gpus=0)
+        model = _module(pl, calls)
+        model.validation_step = lambda batch, batch_idx: calls.append(["validation_step", batch_idx])
+        model.val_dataloader = lambda: DataLoader(TensorDataset(torch.ones(24, 4), torch.ones(24, 1)), batch_size=8)
+        finder = trainer.tuner.lr_find(model, num_training=6)
+        return {"loss": [round(v, 6) for v in finder.results["loss"]], "calls": calls, "weights": _weights(model)}
+
+
 def measure(root: str) -> dict:
     pl = importlib.import_module(root)
     return {
@@ -183,4 +217,6 @@ def measure(root: str) -> dict:
         "lr_find_update": lr_find(pl, num_training=18, min_lr=1e-4, max_lr=0.5, mode="linear", update_attr=True),
         "tune_both": tune_then_fit(pl, auto_lr_find=True, auto_scale_batch_size="binsearch"),
         "tuner_built": tuner_built(pl),
+        "finder_callbacks": finder_callbacks(pl),
+        "lr_find_validating": lr_find_validating(pl),
     }

@@ -27,6 +27,20 @@ _NESTED = (
 )
 
 
+class _DefaultTrue:
+    """``update_attr``'s default: Lightning 2.6's ``True``, told apart from a ``True`` a program passes,
+    since pytorch-lightning 1.9.5's callback defaults to ``False`` (a 1.x run reads it so)."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "True"
+
+
+UPDATE_ATTR_DEFAULT: Any = _DefaultTrue()
+
+
 class LearningRateFinder(Callback):
     """Lightning's learning-rate range test, run at the fit's start, its suggestion applied at ``on_fit_start``.
 
@@ -42,7 +56,8 @@ class LearningRateFinder(Callback):
         num_training_steps: rates tried, one step each (default ``100``).
         mode: ``"exponential"`` or ``"linear"`` steps between them (default ``"exponential"``).
         early_stop_threshold: stop once the loss exceeds this many times the best (None: never) (default ``4.0``).
-        update_attr: apply the suggestion to the model and the optimizers (default ``True``).
+        update_attr: apply the suggestion to the model and the optimizers (default ``True``; in a run
+            written for pytorch-lightning 1.x, 1.9.5's default ``False``, and its rules: ``lightning1/tuner.py``).
         attr_name: the model's attribute holding the rate ("": ``lr`` or ``learning_rate``) (default ``""``).
 
     Examples:
@@ -59,7 +74,7 @@ class LearningRateFinder(Callback):
         num_training_steps: int = 100,
         mode: str = "exponential",
         early_stop_threshold: float | None = 4.0,
-        update_attr: bool = True,
+        update_attr: bool = UPDATE_ATTR_DEFAULT,
         attr_name: str = "",
     ) -> None:
         mode = mode.lower()
@@ -93,6 +108,8 @@ class LearningRateFinder(Callback):
         raise RuntimeError(_NESTED.format(cls=type(self).__name__, method="lr_find"))
 
     def on_fit_start(self, trainer: TrainerView, pl_module: Any) -> None:
+        if getattr(trainer, "_written_for_lightning1", False):  # 1.9.5's search wrote it (a stand-in has none)
+            return
         lr = None if self.optimal_lr is None or not self._update_attr else self.optimal_lr.suggestion()
         if lr is None:
             return

@@ -58,10 +58,11 @@ def run_searches(ctx: LoopContext, fit_data: FitData, train: TrainLoop) -> None:
 
     for finder in finders:
         early_exit = getattr(finder, "_early_exit", False)  # the Tuner's (Lightning's flag)
-        arguments = finder.search_arguments(ctx.state.module) | {"fit_follows": not early_exit}
+        # a 1.x run's finder searches as 1.9.5's, whose finders carry their search (trainer/lightning1/tuner.py)
+        searcher = ctx.view._lightning1_finder(finder) if ctx.view._written_for_lightning1 else finder
+        arguments = searcher.search_arguments(ctx.state.module) | {"fit_follows": not early_exit}
         result: Any
-        # a 1.x Tuner's finder carries 1.9.5's search (trainer/lightning1/tuner.py)
-        search = getattr(finder, "in_fit_search", None)
+        search = getattr(searcher, "in_fit_search", None)
         if isinstance(finder, BatchSizeFinder):
             # Lightning's batch size search runs with the run's random state (no isolate_rng).
             search = search or in_fit_searches.scale_batch_size

@@ -89,6 +89,10 @@ class SearchTrials:
             publisher=Publisher(state, ctx.view.loggers, is_global_zero=ctx.publisher.is_global_zero),
         )
         source = self.fit_data.source
+        if ctx.view._written_for_lightning1:
+            # 1.9.5's searches run their fit loop from a restored state: the restarting epoch loop finds a
+            # validation check due before the first batch (batch_idx -1) and validates first (2.x skips it)
+            source = dataclasses.replace(source, validate_first=True)
         if train_loader is not None:
             source = dataclasses.replace(source, given={**source.given, "train": train_loader})
         kept_hooks, state.hooks = state.hooks, hooks

@@ -85,3 +85,28 @@ def test_a_program_s_own_tuner_on_a_1x_trainer_searches_as_1_9_5():
     where 1.9.5 finds 8, and ``lr_find`` wrote its suggestion to ``model.lr`` (1.9.5's default
     ``update_attr=False`` leaves it); a published-style program then trained on batch 8 where 1.9.5's on 16."""
     assert _run("tuner_built") == RECORDED["tuner_built"]
+
+
+def test_finder_callbacks_on_a_1x_trainer_search_as_1_9_5():
+    """``BatchSizeFinder`` / ``LearningRateFinder`` among the callbacks of a Trainer spelled for 1.x search by
+    1.9.5's rules (``max_trials=2`` from 2 ends on 8) and leave ``model.lr`` (1.9.5's
+    default ``update_attr=False``). Before, 2.6's: 4, the suggestion written to ``model.lr``, the fit on batch 4."""
+    assert _run("finder_callbacks") == RECORDED["finder_callbacks"]
+
+
+def test_a_1x_run_s_batch_size_finder_with_margin_stops_with_the_reason():
+    """1.9.5's ``BatchSizeFinder`` has no ``margin`` / ``max_val``: a 1.x run follows its search, so a value for
+    either stops before the search rather than being dropped."""
+    calls: list = []
+    model = programs._module(trainmesh, calls)
+    finder = trainmesh.callbacks.BatchSizeFinder(mode="binsearch", margin=0.2, max_trials=2)
+    trainer = trainmesh.Trainer(gpus=0, max_epochs=1, logger=False, callbacks=[finder], **programs.QUIET)
+    with pytest.raises(ValueError, match="1.9.5's BatchSizeFinder has no margin or max_val"):
+        trainer.fit(model)
+
+
+def test_a_1x_search_validates_before_its_first_batch_as_1_9_5():
+    """1.9.5's searches (``trainer.tuner``'s, the finder callbacks') run their fit loop from a restored state
+    and validate before the first batch; with a shuffled train loader that moves its generator. Before:
+    no first validation, so the search's losses differed from the first step (p1: 1.1528 vs 1.1666)."""
+    assert _run("lr_find_validating") == RECORDED["lr_find_validating"]

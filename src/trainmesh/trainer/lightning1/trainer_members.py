@@ -276,6 +276,12 @@ class LightningOneMembers(RunProperties):
 
         return LightningOneTuner(self)  # type: ignore[arg-type]
 
+    def _lightning1_finder(self, finder: Any) -> Any:
+        """The 1.9.5 finder that searches for a program's finder callback in this 1.x run (lightning1/tuner.py)."""
+        from trainmesh.trainer.lightning1.tuner import lightning_one_finder  # a run with a finder imports it
+
+        return lightning_one_finder(finder, self.auto_lr_find)
+
     @property
     def accumulation_scheduler(self) -> Any:
         """The ``GradientAccumulationScheduler`` among the callbacks, else one holding

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 
-from trainmesh.callbacks.finders import BatchSizeFinder, LearningRateFinder
+from trainmesh.callbacks.finders import UPDATE_ATTR_DEFAULT, BatchSizeFinder, LearningRateFinder
 from trainmesh.trainer.lightning1 import batch_size_search
 from trainmesh.trainer.search_trials import SearchTrials
 from trainmesh.trainer_view import TrainerView
@@ -92,6 +92,28 @@ class LightningOneBatchSizeFinder(BatchSizeFinder):
         arguments = super().search_arguments(pl_module)
         del arguments["margin"], arguments["max_val"]
         return arguments
+
+
+def lightning_one_finder(finder: Any, auto_lr_find: bool | str) -> Any:
+    """The 1.9.5 finder that searches for a program's ``LearningRateFinder`` / ``BatchSizeFinder`` in a 1.x
+    run (1.9.5's callbacks: its search rules; ``update_attr`` left at its default is 1.9.5's ``False``, the
+    attribute ``auto_lr_find`` names its 1.9.5's); the program's own finder receives the result."""
+    if isinstance(finder, (LightningOneLearningRateFinder, LightningOneBatchSizeFinder)):
+        return finder  # (the 1.x Tuner's own)
+    if isinstance(finder, LearningRateFinder):
+        update_attr = False if finder._update_attr is UPDATE_ATTR_DEFAULT else bool(finder._update_attr)
+        attr_name = finder._attr_name or (auto_lr_find if isinstance(auto_lr_find, str) else "")
+        rates = (finder._min_lr, finder._max_lr, finder._num_training_steps, finder._mode)
+        return LightningOneLearningRateFinder(*rates, finder._early_stop_threshold, update_attr, attr_name)
+    if (finder._margin, finder._max_val) != (0.05, 8192):
+        raise ValueError(
+            f"BatchSizeFinder(margin={finder._margin}, max_val={finder._max_val}) in a run written for "
+            "pytorch-lightning 1.x is not supported: 1.9.5's BatchSizeFinder has no margin or max_val, and this "
+            "run follows its search; leave both at their defaults, or write the run for Lightning 2 (no 1.x-only "
+            "Trainer arguments or hooks)"
+        )
+    sizes = (finder._mode, finder._steps_per_trial, finder._init_val, finder._max_trials, finder._batch_arg_name)
+    return LightningOneBatchSizeFinder(*sizes)
 
 
 class LightningOneTuner(Tuner):
