@@ -140,7 +140,11 @@ class SampleShard(Sampler[int]):
     seed (``runtime``: one small broadcast per epoch). A loader given a ``generator`` of the user's permutes
     with that generator itself, twice per epoch as ``RandomSampler`` does (its remainder's ``randperm``),
     every process from rank 0's state of it (before: it was ignored, the loader padded and shuffled from
-    torch's generator, 4.4e-2 from Keras' fit at 32, silently). Step k of the W processes reads the samples
+    torch's generator, 4.4e-2 from Keras' fit at 32, silently). RandomSampler draws lazily: its remainder's
+    ``randperm`` only when its batch sampler reads past the last sample, which Keras' fit (``len(loader)``
+    batches per epoch, one batch peeked before the first) does only when the last batch of ``batch_size``
+    (this process's) x W is partial; drawn so here too (``_remainder_draws``; before, drawn every epoch and
+    at the peek: g moved on otherwise, 4.4e-2 from Keras' fit again). Step k of the W processes reads the samples
     of batch k of one process at W times the batch. No padding: every sample once, as one process reads them."""
 
     def __init__(  # noqa: PLR0913 -- the sampler's draw and this process's place
@@ -152,9 +156,11 @@ class SampleShard(Sampler[int]):
         shuffle: bool,
         runtime: Any = None,
         generator: torch.Generator | None = None,
+        batches: tuple[int, bool] = (1, False),
     ) -> None:
         self.samples, self.num_replicas, self.rank = samples, num_replicas, rank
         self.shuffle, self.runtime, self.epoch, self.generator = shuffle, runtime, 0, generator
+        self.batch_size, self.drop_last = batches  # this process's batch sampler's
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -162,11 +168,8 @@ class SampleShard(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         order: Any = range(self.samples)
         if self.shuffle and self.generator is not None:  # RandomSampler's draws from the loader's generator
-            if self.runtime is not None and self.num_replicas > 1:
-                self.generator.set_state(self.runtime.broadcast(self.generator.get_state(), 0))
-            order = torch.randperm(self.samples, generator=self.generator).tolist()
-            torch.randperm(self.samples, generator=self.generator)  # its remainder's draw (num_samples % n == 0)
-        elif self.shuffle:  # RandomSampler's draw, the same on every rank
+            return self._remainder_draws()
+        if self.shuffle:  # RandomSampler's draw, the same on every rank
             seed = int(torch.empty((), dtype=torch.int64).random_().item())
             if self.runtime is not None and self.num_replicas > 1:
                 seed = self.runtime.broadcast(seed, 0)
@@ -174,6 +177,25 @@ class SampleShard(Sampler[int]):
             generator.manual_seed(seed)
             order = torch.randperm(self.samples, generator=generator).tolist()
         return iter(order[self.rank :: self.num_replicas])
+
+    def _remainder_draws(self) -> Iterator[int]:
+        """This process's samples of the permutation RandomSampler draws from the loader's generator, and its
+        remainder's ``randperm`` when one process's sampler would draw it: inside the last batch when that
+        batch of ``batch_size`` x W is partial (one process's batch sampler reads past the last sample to end
+        it, whatever this process's share of it), else once this process's batch sampler reads past its share
+        (a batch beyond the last asked for: never in Keras' fit)."""
+        generator = self.generator
+        assert generator is not None
+        if self.runtime is not None and self.num_replicas > 1:
+            generator.set_state(self.runtime.broadcast(generator.get_state(), 0))
+        share = torch.randperm(self.samples, generator=generator).tolist()[self.rank :: self.num_replicas]
+        inside_last = not self.drop_last and self.samples % (self.batch_size * self.num_replicas) != 0
+        for index, sample in enumerate(share):
+            if inside_last and index == len(share) - 1:
+                torch.randperm(self.samples, generator=generator)
+            yield sample
+        if not inside_last:
+            torch.randperm(self.samples, generator=generator)
 
     def __len__(self) -> int:
         return len(range(self.rank, self.samples, self.num_replicas))
@@ -224,10 +246,16 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
     if is_split_by_sample(value):  # draws nothing now: a shuffle draws when its epoch begins, as one process's
         shuffle = type(value.sampler) is RandomSampler
         generator = value.sampler.generator if shuffle else None
-        samples = SampleShard(
-            len(value.dataset), num_replicas=world, rank=rank, shuffle=shuffle, runtime=runtime, generator=generator
-        )
         batches = value.batch_sampler
+        samples = SampleShard(
+            len(value.dataset),
+            num_replicas=world,
+            rank=rank,
+            shuffle=shuffle,
+            runtime=runtime,
+            generator=generator,
+            batches=(batches.batch_size, batches.drop_last),
+        )
         return replace_batch_sampler(value, BatchSampler(samples, batches.batch_size, batches.drop_last))
     before = torch.get_rng_state()  # one process reads such a loader's order without this draw
     seed = runtime.broadcast(int(torch.randint(0, 2**31 - 1, ()).item()), 0)  # torch's generator: the user's seed
