@@ -210,22 +210,24 @@ def lr_find_validating(pl) -> dict:
 
 def finder_then_validation(pl, finder: str) -> dict:
     """A finder callback (``"sizes"``: ``BatchSizeFinder(steps_per_trial=2)``, ``"rates"``:
-    ``LearningRateFinder(num_training_steps=4)``) on a Trainer spelled for 1.x whose module validates
+    ``LearningRateFinder(num_training_steps=4)``, ``"both"``: the two, whose second search and the fit
+    validate the 2 batches the first set its loaders up with) on a Trainer spelled for 1.x whose module validates
     (10 batches), then a 3-epoch fit with a full sanity check and ``reload_dataloaders_every_n_epochs=2``:
     1.9.5's fit validates as many batches as the search did until its loaders are asked for again."""
     calls: list = []
     pl.seed_everything(0)
     callbacks = importlib.import_module(f"{pl.__name__}.callbacks")
-    if finder == "sizes":
-        searching = callbacks.BatchSizeFinder(max_trials=2, steps_per_trial=2)
-    else:
-        searching = callbacks.LearningRateFinder(num_training_steps=4)
+    searching = []
+    if finder in ("sizes", "both"):
+        searching.append(callbacks.BatchSizeFinder(max_trials=2, steps_per_trial=2))
+    if finder in ("rates", "both"):
+        searching.append(callbacks.LearningRateFinder(num_training_steps=4))
     with tempfile.TemporaryDirectory() as root:
         trainer = _trainer(
             pl,
             root,
             gpus=0,
-            callbacks=[searching],
+            callbacks=searching,
             max_epochs=3,
             limit_train_batches=3,
             num_sanity_val_steps=-1,
@@ -265,4 +267,5 @@ def measure(root: str) -> dict:
         "lr_find_validating": lr_find_validating(pl),
         "sizes_then_validation": finder_then_validation(pl, "sizes"),
         "rates_then_validation": finder_then_validation(pl, "rates"),
+        "both_then_validation": finder_then_validation(pl, "both"),
     }

@@ -100,8 +100,8 @@ class SearchTrials:
         try:
             with torch.enable_grad():  # as the fit's loop (fit_loop.run_fit)
                 data = FitData(trial, source)
-                if ctx.view._written_for_lightning1 and self._last_data is not None:
-                    data.keep_val_loaders(self._last_data)  # 1.9.5's trials ask for them once, the first one
+                if ctx.view._written_for_lightning1:  # 1.9.5's trials ask for them once, where none are set up
+                    data.keep_val_loaders(self._last_data or self.fit_data)  # (an earlier search's too)
                 self._last_data = data
                 self._train(trial, data, None)
         finally:
