@@ -94,7 +94,7 @@ def _state(trainer, model, root) -> dict:
 def _trainer(pl, root, **kwargs):
     loggers = importlib.import_module(f"{pl.__name__}.loggers")
     return pl.Trainer(
-        max_epochs=1,
+        max_epochs=kwargs.pop("max_epochs", 1),
         default_root_dir=root,
         logger=loggers.CSVLogger(root),
         enable_checkpointing=False,
@@ -208,6 +208,52 @@ def lr_find_validating(pl) -> dict:
         return {"loss": [round(v, 6) for v in finder.results["loss"]], "calls": calls, "weights": _weights(model)}
 
 
+def finder_then_validation(pl, finder: str) -> dict:
+    """A finder callback (``"sizes"``: ``BatchSizeFinder(steps_per_trial=2)``, ``"rates"``:
+    ``LearningRateFinder(num_training_steps=4)``, ``"both"``: the two, whose second search and the fit
+    validate the 2 batches the first set its loaders up with) on a Trainer spelled for 1.x whose module validates
+    (10 batches), then a 3-epoch fit with a full sanity check and ``reload_dataloaders_every_n_epochs=2``:
+    1.9.5's fit validates as many batches as the search did until its loaders are asked for again."""
+    calls: list = []
+    pl.seed_everything(0)
+    callbacks = importlib.import_module(f"{pl.__name__}.callbacks")
+    searching = []
+    if finder in ("sizes", "both"):
+        searching.append(callbacks.BatchSizeFinder(max_trials=2, steps_per_trial=2))
+    if finder in ("rates", "both"):
+        searching.append(callbacks.LearningRateFinder(num_training_steps=4))
+    with tempfile.TemporaryDirectory() as root:
+        trainer = _trainer(
+            pl,
+            root,
+            gpus=0,
+            callbacks=searching,
+            max_epochs=3,
+            limit_train_batches=3,
+            num_sanity_val_steps=-1,
+            reload_dataloaders_every_n_epochs=2,
+        )
+        model = _module(pl, calls)
+
+        def validation_step(batch, batch_idx):
+            loss = nn.functional.mse_loss(model.layer(batch[0]), batch[1])
+            model.log("val_loss", loss)
+            calls.append(["validation_step", trainer.sanity_checking, trainer.current_epoch, batch_idx])
+
+        def on_validation_epoch_end():
+            calls.append(
+                ["num_val_batches", trainer.num_val_batches, round(float(trainer.callback_metrics["val_loss"]), 6)]
+            )
+
+        model.validation_step = validation_step
+        model.on_validation_epoch_end = on_validation_epoch_end
+        generator = torch.Generator().manual_seed(5)
+        data = TensorDataset(torch.randn(40, 4, generator=generator), torch.randn(40, 1, generator=generator))
+        model.val_dataloader = lambda: calls.append(["val_dataloader"]) or DataLoader(data, batch_size=4)
+        trainer.fit(model)
+        return {"calls": calls, "weights": _weights(model)}
+
+
 def measure(root: str) -> dict:
     pl = importlib.import_module(root)
     return {
@@ -219,4 +265,7 @@ def measure(root: str) -> dict:
         "tuner_built": tuner_built(pl),
         "finder_callbacks": finder_callbacks(pl),
         "lr_find_validating": lr_find_validating(pl),
+        "sizes_then_validation": finder_then_validation(pl, "sizes"),
+        "rates_then_validation": finder_then_validation(pl, "rates"),
+        "both_then_validation": finder_then_validation(pl, "both"),
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -78,7 +79,9 @@ _BATCH_START_HOOK = {
 }
 
 
-def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> None:
+def run_sanity_check(
+    ctx: LoopContext, val_loaders: Callable[[], list[Any]], val_limit: Callable[[], int | float] | None = None
+) -> None:
     """Run a few validation batches before training so a broken validation_step fails fast.
 
     Every global generator is given back as it was (as Lightning does, with ``isolate_rng``):
@@ -106,7 +109,8 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
             hooks.call_callbacks("on_sanity_check_start")
             limit = ctx.settings.num_sanity_val_steps
             # as in Lightning: the sanity check is a validation run
-            _evaluate(ctx, "sanity_check", val_loaders(), limit if limit != -1 else float("inf"))
+            loaders = val_loaders()
+            _evaluate(_with_val_limit(ctx, val_limit), "sanity_check", loaders, limit if limit != -1 else float("inf"))
             hooks.call_callbacks("on_sanity_check_end")
         state.progress.fit_validation.clear()  # as Lightning, which counts the fit's validation from here
     finally:
@@ -117,16 +121,23 @@ def run_sanity_check(ctx: LoopContext, val_loaders: Callable[[], list[Any]]) -> 
 
 
 def run_validation(
-    ctx: LoopContext, val_loaders: Callable[[], list[Any]], *, release_grads: bool = True
+    ctx: LoopContext,
+    val_loaders: Callable[[], list[Any]],
+    *,
+    release_grads: bool = True,
+    val_limit: Callable[[], int | float] | None = None,
 ) -> list[dict[str, float]]:
     """Validation inside fit: results go to callback_metrics and the loggers. ``release_grads``:
     no gradients are pending for an optimizer step (Lightning then zeroes them first).
-    ``val_loaders()`` asks for the loaders, after that, where nothing asked before (Lightning's order)."""
+    ``val_loaders()`` asks for the loaders, after that, where nothing asked before (Lightning's order);
+    ``val_limit()``, then, the ``limit_val_batches`` they were set up with (the settings' where not given)."""
     run = ctx.state.trainer_state
     run.stage = RunningStage.VALIDATING  # trainer.validating, from before the zero_grad hook (Lightning's)
     if release_grads:
         release_gradients(ctx.hooks, ctx.state.module)
-    results = _evaluate(ctx, "validate", val_loaders(), ctx.settings.limit_val_batches)
+    loaders = val_loaders()
+    evaluating = _with_val_limit(ctx, val_limit)
+    results = _evaluate(evaluating, "validate", loaders, evaluating.settings.limit_val_batches)
     if ctx.state.val_clock is not None:  # a time-based interval counts from the validation's end (Lightning's)
         ctx.state.val_clock.restart()
     run.stage = RunningStage.TRAINING
@@ -255,6 +266,15 @@ def _evaluate(ctx: LoopContext, stage: str, loaders: list[Any], limit_setting: i
         hooks.call(end)
     reset_metric_objects(logged)  # as Lightning's reset_results after on_validation_end / on_test_end
     return results
+
+
+def _with_val_limit(ctx: LoopContext, val_limit: Callable[[], int | float] | None) -> LoopContext:
+    """``ctx`` counting validation batches with ``val_limit()`` (a 1.x fit after a finder's search
+    validates as many batches as the search did: ``FitData.keep_val_loaders``)."""
+    limit = ctx.settings.limit_val_batches if val_limit is None else val_limit()
+    if limit == ctx.settings.limit_val_batches:
+        return ctx
+    return dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, limit_val_batches=limit))
 
 
 def _made(fetcher: Fetcher) -> Callable[[], Fetcher]:

@@ -94,7 +94,7 @@ def log_and_validate(
         loop.epoch_end_validation = is_last
         try:
             # gradients are released first where none wait for an optimizer step
-            evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=stepped)
+            evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=stepped, val_limit=fit_data.val_limit)
         finally:
             loop.mid_epoch_validation, loop.stepped_pending = False, 0
             loop.epoch_end_validation = False

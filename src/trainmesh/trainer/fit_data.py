@@ -32,6 +32,7 @@ class FitData:
     def __init__(self, ctx: LoopContext, source: DataSource) -> None:
         self._ctx, self._source = ctx, source
         self._val: list[Any] | None = None
+        self._val_limit: int | float = ctx.settings.limit_val_batches  # the limit they were set up with
         self._train: Any = _NOT_ASKED
         # The epochs the loaders were last asked for at (Lightning's _last_*_dl_reload_epoch), which
         # Trainer(reload_dataloaders_every_n_epochs=n) asks again n epochs later.
@@ -119,11 +120,23 @@ class FitData:
             state.val_loaders = self._val
             state.eval_step_counts["fit"] = {}  # Lightning's val loop counts its batches from its loaders' setup
             # Lightning counts them as its fit loop's validation sets its loaders up
-            limit = self._ctx.settings.limit_val_batches
+            limit = self._val_limit = self._ctx.settings.limit_val_batches
             state.batch_counts["fit"] = [
                 limited_count(each, limit, "val") for loader in self._val for each in inner_loaders(loader) or [loader]
             ]
         return self._val
+
+    def keep_val_loaders(self, searched: FitData) -> None:
+        """The validation loaders a search's trial set up (``searched``), and their count, the fit's: as a
+        1.x finder's search leaves them (1.9.5 sets them up again only where they are None or
+        ``reload_dataloaders_every_n_epochs`` is due, counting from the search's epoch)."""
+        if searched._val is not None:
+            self._val, self._val_epoch, self._val_limit = searched._val, searched._val_epoch, searched._val_limit
+            self._ctx.state.val_loaders = self._val
+
+    def val_limit(self) -> int | float:
+        """The ``limit_val_batches`` the validation loaders were set up with (a 1.x finder's search's, kept)."""
+        return self._val_limit
 
     def train_loader(self, *, reload: bool = False) -> Any:
         """The training loader (set up by the Runtime), and the epoch's batch count from it; None

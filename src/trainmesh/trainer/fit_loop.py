@@ -141,7 +141,7 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: OpenedE
         start_epoch_loop(state, ctx.settings, None if val_every == BY_TIME else val_every)  # (clock just started)
     if opened is not None and not mid_epoch_resume and fit_data.validates_first(val_every):
         # Lightning 1.x's trainer.tune searches validate before their first batch (fit_data.py)
-        evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=False)
+        evaluation.run_validation(ctx, fit_data.val_loaders, release_grads=False, val_limit=fit_data.val_limit)
         state.log_collector.start_stage(train_results)
     cut_short = train_batches(ctx, fit_data, loader.batch_transfer(), batches, val_every, train_results)
     end_epoch(ctx, train_results, cut_short=cut_short)

@@ -71,7 +71,7 @@ def begin_fit(
         # A fit resumed after an epoch's end too, as Lightning's: the epoch's accumulators restored
         # from the checkpoint are kept aside meanwhile (the generators are restored when the epoch's data starts).
         resumed_results = state.log_collector.results
-        evaluation.run_sanity_check(ctx, fit_data.val_loaders)
+        evaluation.run_sanity_check(ctx, fit_data.val_loaders, fit_data.val_limit)
         state.log_collector.start_stage(resumed_results)
     return resume_rng, checkpoint
 

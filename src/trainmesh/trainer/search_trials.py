@@ -48,6 +48,7 @@ class SearchTrials:
         # and the loops' progress counts, which Lightning's checkpoint holds (trainer.fit_loop's after the search)
         self._counters = copy.deepcopy(ctx.state.progress)
         self._fresh = True  # the first trial starts from the state saved: nothing to restore
+        self._last_data: FitData | None = None  # the last trial's loaders (a 1.x fit goes on with its validation)
         # Lightning's searches set trainer.logger = DummyLogger() (None without a logger) once the state is
         # saved, until they restore it: the module's self.logger.experiment... runs and writes nothing
         self._loggers = list(ctx.view.loggers)
@@ -98,7 +99,11 @@ class SearchTrials:
         kept_hooks, state.hooks = state.hooks, hooks
         try:
             with torch.enable_grad():  # as the fit's loop (fit_loop.run_fit)
-                self._train(trial, FitData(trial, source), None)
+                data = FitData(trial, source)
+                if ctx.view._written_for_lightning1:  # 1.9.5's trials ask for them once, where none are set up
+                    data.keep_val_loaders(self._last_data or self.fit_data)  # (an earlier search's too)
+                self._last_data = data
+                self._train(trial, data, None)
         finally:
             state.hooks = kept_hooks
 
@@ -114,3 +119,7 @@ class SearchTrials:
         restore_counters(ctx.state.progress, self._counters)
         restart_epoch_counts(ctx.state, resumed=False)
         ctx.state.should_stop = False
+        if ctx.view._written_for_lightning1 and self._last_data is not None:
+            # 1.9.5 gives limit_val_batches back but not the count its search's validation loaders were set up
+            # with: the fit validates num_training / steps_per_trial batches until they are asked for again
+            self.fit_data.keep_val_loaders(self._last_data)

@@ -110,3 +110,13 @@ def test_a_1x_search_validates_before_its_first_batch_as_1_9_5():
     and validate before the first batch; with a shuffled train loader that moves its generator. Before:
     no first validation, so the search's losses differed from the first step (p1: 1.1528 vs 1.1666)."""
     assert _run("lr_find_validating") == RECORDED["lr_find_validating"]
+
+
+@pytest.mark.parametrize("finder", ["sizes", "rates", "both"])
+def test_a_1x_fit_validates_the_batches_its_finder_searched_with_as_1_9_5(finder):
+    """1.9.5's finder callbacks give ``limit_val_batches`` back after their search but keep the validation
+    loaders it set up, counted with ``steps_per_trial`` / ``num_training``: the fit (its sanity check too)
+    validates 2 / 4 of the 10 batches until ``reload_dataloaders_every_n_epochs`` asks for them again.
+    With both finders the learning-rate search validates the batch-size search's 2 too. Before: the fit asked
+    ``val_dataloader()`` again and validated all 10 (other ``val_loss``); each search's trials asked again."""
+    assert _run("finder_then_validation", finder=finder) == RECORDED[f"{finder}_then_validation"]
