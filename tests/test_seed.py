@@ -269,6 +269,24 @@ SAMPLER_SEED_CASES = [  # (PL_GLOBAL_SEED before seed_everything(17), what the p
 ]
 
 
+def _each_case_under_both(monkeypatch, draw=lambda: None):
+    """For each of SAMPLER_SEED_CASES, under Lightning's seed_everything and then trainmesh's: the variable as the
+    program had it, seed_everything(17), the program's ``draw``, then what the program does to the variable; yields
+    "lightning" or "trainmesh" with the process in that state."""
+    for before, after in SAMPLER_SEED_CASES:
+        for name, seed_everything in (("lightning", _lightning_seed_everything()), ("trainmesh", tm.seed_everything)):
+            monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+            if before is not None:
+                monkeypatch.setenv("PL_GLOBAL_SEED", before)
+            seed_everything(17)
+            draw()
+            if after == "remove":
+                monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+            elif after is not None:
+                monkeypatch.setenv("PL_GLOBAL_SEED", after)
+            yield name
+
+
 def test_the_sampler_seed_follows_a_program_that_changes_the_variable_as_lightning(monkeypatch):
     """Lightning's distributed sampler reads PL_GLOBAL_SEED as it is when the sampler is made: a program
     that sets or removes it after seed_everything(17) shuffles with its number, or 0 (review-s58a: before,
@@ -282,22 +300,13 @@ def test_the_sampler_seed_follows_a_program_that_changes_the_variable_as_lightni
     monkeypatch.setattr(trainmesh.runtime, "process_dataloader", lambda strategy, loader, **o: given.append(o["seed"]))
     runtime = tm.Runtime()
     found = {"lightning": [], "trainmesh": []}
-    for before, after in SAMPLER_SEED_CASES:
-        for name, seed_everything in (("lightning", _lightning_seed_everything()), ("trainmesh", tm.seed_everything)):
-            monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
-            if before is not None:
-                monkeypatch.setenv("PL_GLOBAL_SEED", before)
-            seed_everything(17)
-            if after == "remove":
-                monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
-            elif after is not None:
-                monkeypatch.setenv("PL_GLOBAL_SEED", after)
-            if name == "lightning":
-                sampler = _get_distributed_sampler(loader, True, 0, "fit", num_replicas=2, rank=0)
-                found[name].append(sampler.seed)
-            else:
-                runtime.setup_dataloaders(loader)
-                found[name].append(given.pop())
+    for name in _each_case_under_both(monkeypatch):
+        if name == "lightning":
+            sampler = _get_distributed_sampler(loader, True, 0, "fit", num_replicas=2, rank=0)
+            found[name].append(sampler.seed)
+        else:
+            runtime.setup_dataloaders(loader)
+            found[name].append(given.pop())
     assert found["trainmesh"] == found["lightning"] == [17, 17, 5, 5, 0]
 
 
@@ -314,20 +323,10 @@ def test_a_run_reseeds_from_the_variable_a_program_changed_as_lightning(monkeypa
     host = SimpleNamespace(strategy=SimpleNamespace(capabilities=SimpleNamespace(reseeds_each_run=True)))
     port = TrainerPort(host)  # type: ignore[arg-type]
     found = {"lightning": [], "trainmesh": []}
-    for before, after in SAMPLER_SEED_CASES:
-        for name, seed_everything in (("lightning", _lightning_seed_everything()), ("trainmesh", tm.seed_everything)):
-            monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
-            if before is not None:
-                monkeypatch.setenv("PL_GLOBAL_SEED", before)
-            seed_everything(17)
-            torch.rand(3)  # the program's draws before its run
-            if after == "remove":
-                monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
-            elif after is not None:
-                monkeypatch.setenv("PL_GLOBAL_SEED", after)
-            host.seed_settings = seed_settings()  # the Runtime's, captured when it was built
-            reset_seed() if name == "lightning" else port.reseed_for_run()
-            found[name].append(torch.rand(1).item())
+    for name in _each_case_under_both(monkeypatch, draw=lambda: torch.rand(3)):  # the program's draws before its run
+        host.seed_settings = seed_settings()  # the Runtime's, captured when it was built
+        reset_seed() if name == "lightning" else port.reseed_for_run()
+        found[name].append(torch.rand(1).item())
     assert found["trainmesh"] == found["lightning"]
     assert found["trainmesh"][4] != found["trainmesh"][1]  # removed: no reseed
 
