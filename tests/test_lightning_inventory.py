@@ -81,3 +81,49 @@ def test_a_refused_name_is_listed_with_the_reason_its_user_sees():
     from lightning.pytorch.accelerators import XLAAccelerator
 
     assert trainmesh.accelerators.XLAAccelerator.is_available() is XLAAccelerator.is_available() is False
+
+
+# Lightning Fabric's half of the owner's API (`docs/fabric-api.md`), written by the same command.
+
+
+def test_every_public_name_of_lightning_fabric_is_listed():
+    from helpers import fabric_inventory
+
+    listed = {(r.area, r.name) for r in read_table(fabric_inventory.TABLE)}
+    unlisted = sorted(set(fabric_inventory.fabric_names()) - listed)
+    assert not unlisted, f"Fabric names missing from fabric-api.md: {unlisted[:20]}; {REGENERATE}"
+
+
+def test_every_fabric_row_states_what_trainmesh_has_today():
+    from helpers import fabric_inventory
+
+    written = {r.key: r for r in read_table(fabric_inventory.TABLE)}
+    current = {r.key: r for r in fabric_inventory.build_rows()}
+    stale = [(key, written.get(key), row) for key, row in current.items() if written.get(key) != row]
+    assert not stale, f"{len(stale)} rows of fabric-api.md are stale, e.g. {stale[:5]}; {REGENERATE}"
+    assert set(written) == set(current), f"rows for names Fabric no longer has; {REGENERATE}"
+
+
+def test_the_fabric_counts_in_the_table_header_and_the_fabric_guide_are_the_rows():
+    from helpers import fabric_inventory
+
+    header = fabric_inventory.count_line(read_table(fabric_inventory.TABLE))
+    assert header in fabric_inventory.TABLE.read_text()
+    guide = fabric_inventory.TABLE.parent / "how-to" / "fabric.md"
+    assert header in " ".join(guide.read_text().split()), (
+        f"fabric.md's count of Fabric's names is not the table's ({header})"
+    )
+
+
+def test_the_fabric_check_sees_a_module_path_trainmesh_lacks(monkeypatch):
+    # Self-test: a Fabric module path trainmesh cannot import reads "missing"; a name looked up on a module too.
+    import sys
+
+    import trainmesh.fabric
+    from helpers import fabric_inventory
+
+    assert fabric_inventory.trainmesh_has(fabric_inventory.PATHS, "utilities.seed", trainmesh.Fabric)
+    monkeypatch.setitem(sys.modules, "trainmesh.fabric.utilities.seed", None)  # an import of it fails
+    assert not fabric_inventory.trainmesh_has(fabric_inventory.PATHS, "utilities.seed", trainmesh.Fabric)
+    assert fabric_inventory.trainmesh_has("Fabric.", "launch", trainmesh.Fabric)
+    assert not fabric_inventory.trainmesh_has("Fabric.", "no_such_member", trainmesh.Fabric)

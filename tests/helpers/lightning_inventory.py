@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "docs" / "lightning-api.md"
@@ -91,12 +92,18 @@ def _module_names(root: str, path: str) -> list[str]:
         return []
     if path in PACKAGES and getattr(module, "__all__", None):
         return sorted(module.__all__)
+    return defined_names(module)
+
+
+def defined_names(module: ModuleType) -> list[str]:
+    """A module's public classes and functions by where they are defined (no ``__all__`` asked)."""
     # A module's own classes and functions, and those it re-exports from Fabric's module of the
     # same name (`utilities.rank_zero` re-exports `rank_zero_only`); not what it merely imports.
     # A package without `__all__` (1.9's `strategies`, `accelerators`; `plugins.environments`):
     # what it imports from its own submodules, or from Fabric's package of the same name.
-    leaf = module.__name__.rsplit(".", 1)[-1]
-    fabric = module.__name__.replace("lightning.pytorch", "lightning.fabric").replace(
+    name_of_module = module.__name__
+    leaf = name_of_module.rsplit(".", 1)[-1]
+    fabric = name_of_module.replace("lightning.pytorch", "lightning.fabric").replace(
         "pytorch_lightning", "lightning_fabric"
     )
     names = []
@@ -105,9 +112,9 @@ def _module_names(root: str, path: str) -> list[str]:
             continue
         origin = getattr(value, "__module__", "") or ""
         if (
-            origin == module.__name__
+            origin == name_of_module
             or (origin.startswith(("lightning", "pytorch_lightning")) and origin.endswith(f".{leaf}"))
-            or (hasattr(module, "__path__") and origin.startswith((f"{module.__name__}.", f"{fabric}.")))
+            or (hasattr(module, "__path__") and origin.startswith((f"{name_of_module}.", f"{fabric}.")))
         ):
             names.append(name)
     return sorted(names)
@@ -366,7 +373,10 @@ def read_table(path: Path = TABLE) -> list[Row]:
 if __name__ == "__main__":
     if "--write" not in sys.argv:
         sys.exit("usage: python tests/helpers/lightning_inventory.py --write")
-    sys.path.insert(0, str(REPO / "src"))
+    sys.path[:0] = [str(REPO / "src"), str(REPO / "tests")]
     TABLE.parent.mkdir(exist_ok=True)
     TABLE.write_text(render(build_rows()))
     print(f"wrote {TABLE.relative_to(REPO)}: {counts(read_table())}")
+    from helpers.fabric_inventory import write_table  # Fabric's half of the owner's API: docs/fabric-api.md
+
+    write_table()
