@@ -27,6 +27,7 @@ COVERED_BY: dict[str, list[str]] = {
     "fabric/utilities/types.py": ["fabric/test_utilities_names.py"],
     "fabric/arguments.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "fabric/checkpoints.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
+    "fabric/cli.py": ["fabric/test_module_paths.py"],
     "fabric/launching.py": ["fabric/test_fabric.py", "fabric/test_fabric_ddp.py"],
     "fabric/loggers/__init__.py": [
         "fabric/test_loggers_names.py",

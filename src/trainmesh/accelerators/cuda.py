@@ -12,7 +12,7 @@ import torch
 
 from trainmesh.accelerator_types import CUDAAccelerator
 
-__all__ = ["CUDAAccelerator", "get_nvidia_gpu_stats", "num_cuda_devices"]
+__all__ = ["CUDAAccelerator", "get_nvidia_gpu_stats", "is_cuda_available", "num_cuda_devices"]
 
 # nvidia-smi's query fields and their units, in the order (and with the key names) Lightning returns them
 _GPU_STATS = (
@@ -29,6 +29,11 @@ _GPU_STATS = (
 def num_cuda_devices() -> int:
     """How many CUDA devices this process sees (0 without CUDA)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def is_cuda_available() -> bool:
+    """Fabric's ``lightning.fabric.accelerators.cuda.is_cuda_available``: whether torch sees a CUDA device."""
+    return torch.cuda.is_available()
 
 
 def get_nvidia_gpu_stats(device: Any) -> dict[str, float]:

@@ -7,12 +7,13 @@ device, and the environment says which one this is.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from trainmesh.launchers.base import ProcessInfo
 
@@ -253,3 +254,22 @@ def set_worker_environment(variables: Mapping[str, str]) -> None:
     value already set (by the user) stands."""
     for name, value in variables.items():
         os.environ.setdefault(name, value)
+
+
+@contextlib.contextmanager
+def main_address_for_rendezvous(address: str | None, port: str | int | None) -> Iterator[None]:
+    """``MASTER_ADDR`` / ``MASTER_PORT`` set to ``address`` / ``port`` where given and not set already, for the
+    ``env://`` rendezvous inside (Fabric's ``TorchCollective.setup(main_address, main_port)``), and taken away after."""
+    added = [
+        key
+        for key, value in (("MASTER_ADDR", address), ("MASTER_PORT", port))
+        if value is not None and key not in os.environ
+    ]
+    for key, value in (("MASTER_ADDR", address), ("MASTER_PORT", port)):
+        if key in added:
+            os.environ[key] = str(value)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)

@@ -212,6 +212,16 @@ BaguaEnvironment = refused_class(
 )
 
 
+def find_free_network_port() -> int:
+    """A free port on this machine for a single-node rendezvous (``MASTER_PORT``); ``STANDALONE_PORT``'s value
+    where that is set (Fabric's ``lightning.fabric.plugins.environments.lightning.find_free_network_port``)."""
+    if "STANDALONE_PORT" in os.environ:
+        return int(os.environ["STANDALONE_PORT"])
+    from trainmesh.launchers.environments import find_free_port
+
+    return find_free_port("")
+
+
 def _first(*names: str, default: Any) -> Any:
     return next((os.environ[n] for n in names if n in os.environ), default)
 
@@ -226,4 +236,5 @@ __all__ = [
     "SLURMEnvironment",
     "TorchElasticEnvironment",
     "XLAEnvironment",
+    "find_free_network_port",
 ]

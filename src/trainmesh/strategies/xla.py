@@ -1,5 +1,6 @@
 """Lightning's ``lightning.pytorch.strategies.xla`` path: ``XLAStrategy`` and the XLA plugins it
-imports, each refused (TPUs need torch_xla, which trainmesh does not run on)."""
+imports, each refused (TPUs need torch_xla, which trainmesh does not run on); and Fabric's ``XLAFSDPStrategy``
+(``lightning.fabric.strategies.xla_fsdp``), refused for the same reason."""
 
 from trainmesh.plugins.environments import XLAEnvironment
 from trainmesh.plugins.io import XLACheckpointIO
@@ -12,4 +13,11 @@ XLAStrategy = refused_class(
     module=__name__,
 )
 
-__all__ = ["XLACheckpointIO", "XLAEnvironment", "XLAPrecision", "XLAStrategy"]
+XLAFSDPStrategy = refused_class(
+    "XLAFSDPStrategy",
+    "TPUs (torch_xla) are not supported by trainmesh, so neither is FSDP over XLA; "
+    "use strategy='fsdp' (CPU and CUDA) or ModelParallelStrategy",
+    module=__name__,
+)
+
+__all__ = ["XLACheckpointIO", "XLAEnvironment", "XLAFSDPStrategy", "XLAPrecision", "XLAStrategy"]
