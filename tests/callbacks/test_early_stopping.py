@@ -5,7 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainmesh.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
+from trainmesh.callbacks.early_stopping import EarlyStopping as Callback
+from trainmesh.callbacks.early_stopping import EarlyStoppingReason
 
 
 class FakeRuntime:
@@ -43,6 +44,13 @@ def make_trainer(**overrides):
     )
     values.update(overrides)
     return SimpleNamespace(**values)
+
+
+def EarlyStopping(**kwargs):  # noqa: N802 - these tests feed its hooks by hand, with no setup
+    """The callback as its setup leaves it under the Trainer's defaults (validation at every epoch's end:
+    the check at on_train_epoch_end), unless a test says where it checks."""
+    kwargs.setdefault("check_on_train_epoch_end", True)
+    return Callback(**kwargs)
 
 
 def run_epochs(callback, trainer, values, key="val_loss"):

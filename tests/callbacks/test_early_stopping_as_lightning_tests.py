@@ -104,3 +104,62 @@ def test_a_signed_min_delta_is_taken_and_kept_as_lightning(tmp_path, mode, min_d
     kept the default as 0.0)."""
     found = run_both(lambda L, root: signed_min_delta(L, root, mode, min_delta), tmp_path)
     assert found["trainmesh"] == found["lightning"]
+
+
+def time_based(L, root, check_on_train_epoch_end):
+    calls = []
+
+    class Spy(L.pl.Callback):
+        def setup(self, trainer, pl_module, stage):
+            calls.append("setup")
+
+        def on_fit_start(self, trainer, pl_module):
+            calls.append("on_fit_start")
+
+        def on_exception(self, trainer, pl_module, exception):
+            calls.append(f"on_exception {type(exception).__name__}")
+
+        def teardown(self, trainer, pl_module, stage):
+            calls.append("teardown")
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).pow(2).mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("v", self.net(batch[0]).pow(2).mean())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    stop = L.callbacks.EarlyStopping(monitor="v", check_on_train_epoch_end=check_on_train_epoch_end)
+    kwargs = trainer_kwargs(root, max_epochs=2, val_check_interval="00:00:01:00", callbacks=[Spy(), stop], logger=False)
+    trainer = L.pl.Trainer(**kwargs)
+    data = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+    try:
+        trainer.fit(Model(), data, data)
+        raised = None
+    except AttributeError as exc:
+        raised = str(exc)
+    return {"raised": raised, "calls": calls, "step": trainer.global_step, "status": str(trainer.state.status)}
+
+
+@pytest.mark.parametrize("check_on_train_epoch_end", [None, False])
+def test_a_time_based_interval_stops_at_setup_where_lightning_decides_when_to_check(tmp_path, check_on_train_epoch_end):
+    """Lightning 2.6.6's EarlyStopping decides ``check_on_train_epoch_end=None`` in its ``setup`` from
+    ``trainer.val_check_interval``, which a trainer with a time-based interval lacks: the fit stops there
+    with AttributeError, before any step (on_exception, no teardown); given, the fit trains. Before, trainmesh
+    decided at each check and trained."""
+    found = run_both(lambda L, root: time_based(L, root, check_on_train_epoch_end), tmp_path)
+    lightning, ours = found["lightning"], found["trainmesh"]
+    if check_on_train_epoch_end is None:
+        assert lightning["raised"] == "'Trainer' object has no attribute 'val_check_interval'"
+        assert ours["raised"].startswith(lightning["raised"] + ":")  # and why, and what to read instead
+        assert lightning["calls"] == ["setup", "on_exception AttributeError"] and lightning["step"] == 0
+    else:
+        assert lightning["raised"] is None and lightning["step"] == 4
+    assert {**ours, "raised": None} == {**lightning, "raised": None}

@@ -113,9 +113,11 @@ def run_fsdp(spelling, out):
         )
     else:
         strategy = FSDPStrategy(wrap=[Block], reshard_after_forward=False, activation_checkpointing=[Block])
-    trainer = quiet_trainer(strategy=strategy, devices=2, max_steps=12)
+    seen = SeenAtSave()
+    trainer = quiet_trainer(strategy=strategy, devices=2, max_steps=12, callbacks=[seen])
     model = Blocks()
-    trainer.fit(model, DataLoader(blocks_data(), batch_size=PER_RANK_BATCH))
+    loader = DataLoader(blocks_data(), batch_size=PER_RANK_BATCH)
+    trainer.fit(model, loader)
     placed = trainer.model
     facts = {
         "units": sum(isinstance(m, FSDPModule) for m in placed.modules()),
@@ -125,9 +127,58 @@ def run_fsdp(spelling, out):
     path = Path(out).with_suffix(".ckpt")
     trainer.save_checkpoint(path)
     state = trainer.full_state_dict()
+    checks = resume_checks(trainer, model, loader, path) if spelling == "ours" else {}
+    seen_by_rank = trainer.runtime.all_gather_object(seen.entries)
     if trainer.is_global_zero:
         saved = torch.load(path, weights_only=True)["state_dict"] if path.is_file() else None
-        torch.save({"state_dict": state, "facts": facts, "file": path.is_file(), "saved": saved}, out)
+        torch.save(
+            {"state_dict": state, "facts": facts, "file": path.is_file(), "saved": saved, "seen": seen_by_rank}
+            | checks,
+            out,
+        )
+
+
+class SeenAtSave(tm.Callback):
+    """How many weights and optimizer states ``on_save_checkpoint`` sees on this rank."""
+
+    def __init__(self):
+        self.entries = []
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self.entries.append(
+            (len(checkpoint["state_dict"]), [len(o.get("state", {})) for o in checkpoint["optimizer_states"]])
+        )
+
+
+def resume_checks(trainer, model, loader, path):
+    """A resume of the full file (fit ends at once: max_steps reached) counting whole-model gathers, then a
+    file whose head has another shape, which every rank must refuse before loading anything."""
+    from trainmesh.strategies import checkpoint as checkpoints
+
+    gathers, shard = [], checkpoints.sharded_state_dict
+
+    def counted(module, optimizers, *, sharded, **kwargs):
+        gathers.extend([] if sharded else [len(optimizers)])
+        return shard(module, optimizers, sharded=sharded, **kwargs)
+
+    checkpoints.sharded_state_dict = counted
+    try:
+        trainer.fit(model, loader, ckpt_path=path)
+    finally:
+        checkpoints.sharded_state_dict = shard
+    bad = path.with_name(path.stem + "-wider.ckpt")
+    if trainer.is_global_zero:
+        saved = torch.load(path, weights_only=False)
+        saved["state_dict"]["head.weight"] = torch.zeros(5, 32)
+        torch.save(saved, bad)
+    trainer.strategy.barrier()
+    try:
+        trainer.fit(model, loader, ckpt_path=bad)
+        refused = None
+    except ValueError as exc:
+        refused = str(exc)
+    gathered = trainer.runtime.all_gather_object((gathers, refused))
+    return {"gathers_at_resume": [g for g, _ in gathered], "refused": [r for _, r in gathered]}
 
 
 PROGRAMS = {"ddp_hook": run_ddp_hook, "torch_hook": run_torch_hook, "fsdp": run_fsdp}

@@ -254,6 +254,21 @@ def test_fsdps_default_checkpoint_is_one_file_as_lightnings_read_by_torch_load_a
         assert torch.equal(loaded.state_dict()[name], tensor), name
 
 
+def test_fsdps_full_save_shows_other_ranks_empty_states_and_its_resume_checks_shapes_without_a_gather(legs):
+    """Lightning 2.6.6's FSDP gathers a "full" checkpoint with ``rank0_only`` (fsdp.py
+    ``lightning_module_state_dict``/``optimizer_state``): ``on_save_checkpoint`` sees ``{}`` on ranks other
+    than 0. Before, trainmesh gave them their shards there, and a resume gathered the whole model on rank 0
+    only to check the file's names and shapes; the check now reads the shards' global shapes, and still
+    refuses a file of another shape on every rank before loading it."""
+    ours = trained(legs, "fsdp-ours")
+    names = len(ours["state_dict"])
+    # One save (trainer.save_checkpoint); rank 0 whole weights and optimizer state, rank 1 empty ones
+    assert ours["seen"] == [[(names, [names])], [(0, [0])]]
+    assert ours["gathers_at_resume"] == [[], []]
+    for refused in ours["refused"]:
+        assert "does not match this model" in refused and "head.weight: checkpoint (5, 32) vs model (4, 32)" in refused
+
+
 def test_fault_tolerance_refuses_lightnings_hybrid_sharding_as_it_refuses_hybrid():
     for strategy in (FSDPStrategy(sharding_strategy="HYBRID_SHARD"), FSDPStrategy(device_mesh=(1, 2))):
         with pytest.raises(ValueError, match="replica groups are the replicated dimension"):

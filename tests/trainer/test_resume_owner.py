@@ -166,3 +166,33 @@ def test_a_preempted_program_rerun_with_fit_last_resumes_its_own_preemption_stat
     trainer.fit(model, loaders()[0], ckpt_path="last")
     assert first.step == 3, said(caplog)
     assert f"resuming from {own}" in said(caplog)
+
+
+def test_fit_last_beside_another_programs_preemption_checkpoint_resumes_lightnings_last(tmp_path, caplog):
+    """``fit(ckpt_path="last")`` where the folder holds another program's preemption checkpoint (the previous
+    release's shared name): ``select_named_last`` sees a reason to restart and leaves "last" to the run's search
+    after the set-up, which finds the marker another program's (no restart of this one) and takes Lightning's
+    "last": the newest last file of this fit's checkpoint folders (resume.read_fit_checkpoint)."""
+    from trainmesh.callbacks import ModelCheckpoint
+
+    def fit(epochs, ckpt_path=None):
+        tm.seed_everything(0)
+        first, saves = FirstStep(), ModelCheckpoint(dirpath=tmp_path / "saves", save_last=True, save_top_k=0)
+        trainer = quiet_trainer(
+            max_epochs=epochs, default_root_dir=tmp_path, enable_checkpointing=True, callbacks=[first, saves]
+        )
+        trainer.fit(DropoutNet(), loaders()[0], ckpt_path=ckpt_path)
+        return first.step
+
+    fit(1)
+    _fit(tmp_path / "other", 1, OtherNet)
+    marker = tmp_path / PREEMPTION_CHECKPOINT
+    shutil.copy(tmp_path / "other" / "checkpoints" / "epoch=0-step=12.ckpt", marker)
+    os.utime(marker)  # newer than this program's last.ckpt
+    said(caplog)
+    first = fit(2, ckpt_path="last")
+    out = said(caplog)
+    assert first == 12, out
+    assert f"{marker} is not this program's preemption checkpoint" in out
+    assert f"Restoring states from the checkpoint path at {tmp_path / 'saves' / 'last.ckpt'}" in out
+    assert os.path.exists(marker)  # left for the program it belongs to

@@ -109,7 +109,8 @@ class EarlyStopping(Callback):
         self.check_finite = check_finite
         self.stopping_threshold = stopping_threshold
         self.divergence_threshold = divergence_threshold
-        self.check_on_train_epoch_end = check_on_train_epoch_end
+        # Lightning's: None is decided once, at the callback's setup (see setup)
+        self._check_on_train_epoch_end = check_on_train_epoch_end
         self.verbose = verbose
         self.log_rank_zero_only = log_rank_zero_only
         self.wait_count = 0
@@ -125,6 +126,15 @@ class EarlyStopping(Callback):
         return f"{type(self).__qualname__}{ {'monitor': self.monitor, 'mode': self.mode}!r}"
 
     # ---- hooks --------------------------------------------------------------------------------
+    def setup(self, trainer: TrainerView, pl_module: Any, stage: str) -> None:
+        """Lightning's rule where ``check_on_train_epoch_end`` is None, decided here once: validation more
+        than once an epoch, or not every epoch, means the check follows each validation run (at an epoch's
+        end the metric may not exist yet). A time-based ``val_check_interval`` leaves the trainer without
+        ``val_check_interval``: the AttributeError stops the run here, before training, as in Lightning
+        2.6.6 (pass ``check_on_train_epoch_end`` to decide yourself)."""
+        if self._check_on_train_epoch_end is None:
+            self._check_on_train_epoch_end = trainer.val_check_interval == 1.0 and trainer.check_val_every_n_epoch == 1
+
     def on_train_epoch_end(self, trainer: TrainerView, pl_module: Any) -> None:
         if self._checks_at_epoch_end(trainer) and not self._should_skip_check(trainer):
             self._run_early_stopping_check(trainer)
@@ -140,15 +150,9 @@ class EarlyStopping(Callback):
         return getattr(trainer, "stage", "fit") != "fit" or bool(trainer.sanity_checking)
 
     def _checks_at_epoch_end(self, trainer: TrainerView) -> bool:
-        """``check_on_train_epoch_end``, or where it is None Lightning's rule: validation more than
-        once an epoch, or not every epoch, means the check follows each validation run (at an
-        epoch's end the metric may not exist yet)."""
-        if self.check_on_train_epoch_end is not None:
-            return self.check_on_train_epoch_end
-        interval = getattr(trainer, "val_check_interval", 1.0)
-        if getattr(trainer, "_val_check_time_interval", None) is not None:
-            return False  # (Lightning 2.6 fails here: its trainer has no val_check_interval then)
-        return interval in (None, 1.0) and getattr(trainer, "check_val_every_n_epoch", 1) == 1
+        """Whether the check runs at the training epoch's end (else after each validation run): as
+        given, or as ``setup`` decided (not decided, as where a subclass's setup skips ours: after validation)."""
+        return bool(self._check_on_train_epoch_end)
 
     def _run_early_stopping_check(self, trainer: TrainerView) -> None:
         """Check the monitored metric now and ask the Trainer to stop where the rule says so."""

@@ -91,6 +91,10 @@ class StrategyCapabilities:
             ``epoch_loop.batch_loop.connect(optimizer_loop=...)`` runs under it: the strategy has Lightning's
             ``training_step``, which such a loop calls itself (checked against 1.9.5 on one device:
             tests/loops/test_optimizer_loop.py); where not, it is refused before training.
+        whole_checkpoints: a Trainer checkpoint holds the whole state though the parameters are
+            sharded (FSDP's ``state_dict_type="full"``, Lightning's default): built from
+            ``state_dict(sharded=False)``, gathered on rank 0, ``{}`` on the others as in Lightning's
+            ``on_save_checkpoint`` there (trainer/checkpointing.py).
         reseeds_each_run: each fit, validate, test and predict starts by seeding every generator
             again with the seed of the latest ``seed_everything`` (nothing without one), as Lightning's
             ``reset_seed()`` in the ``setup_distributed`` of its DDP, FSDP and ModelParallel strategies
@@ -116,6 +120,7 @@ class StrategyCapabilities:
     lightning1_loops: bool = False
     lightning1_optimizer_loop: bool = False
     reseeds_each_run: bool = False
+    whole_checkpoints: bool = False
 
     @property
     def shards_optimizer_state(self) -> bool:

@@ -232,6 +232,7 @@ class FSDPStrategy(DistributedStrategy):
             shards_parameters=True,
             splits_parameters=True,
             reseeds_each_run=True,
+            whole_checkpoints=self.state_dict_type == "full",
         )
 
     def dims(self, world_size: int) -> ParallelDims:
@@ -355,16 +356,11 @@ class FSDPStrategy(DistributedStrategy):
         self, module: nn.Module | None, optimizers: Sequence[torch.optim.Optimizer], *, sharded: bool
     ) -> dict[str, Any]:
         assert module is not None, "fsdp's optimizer state is keyed by the module's parameter names"
-        inner, gather = checkpoints.unwrap(module), not sharded or self.state_dict_type == "full"
-        state = checkpoints.sharded_state_dict(inner, optimizers, sharded=not gather)
-        if not gather:
-            return state
-        # Whole tensors on rank 0: the optimizer state numbered, as Lightning's "full" file.
-        state["optim"] = [checkpoints.numbered_as_torch(optimizer) for optimizer in state["optim"]]
-        if sharded and self._mesh.global_rank != 0:
-            # What a checkpoint stores, asked on a rank that writes none: its shards (no gather), which name
-            # every entry with its global shape, as the check of a checkpoint being loaded reads them.
-            state["model"] = checkpoints.sharded_state_dict(inner, [], sharded=True)["model"]
+        state = checkpoints.sharded_state_dict(checkpoints.unwrap(module), optimizers, sharded=sharded)
+        if not sharded:
+            # Whole tensors on rank 0 ({} on the others, as Lightning's rank0_only gather): the optimizer
+            # state numbered, as Lightning's "full" file.
+            state["optim"] = [checkpoints.numbered_as_torch(optimizer) for optimizer in state["optim"]]
         return state
 
     def load_state_dict(

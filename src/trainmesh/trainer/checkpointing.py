@@ -73,8 +73,7 @@ def build_checkpoint(
     if weights_only:
         return _weights_only_checkpoint(state, runtime, __version__)
     module = state.module
-    # Sharded where the strategy shards: a distributed checkpoint stores each rank's shards.
-    pieces = runtime.checkpoints.state_dicts(state.model, state.optimizers, sharded=True)
+    pieces = _stored_state_dicts(runtime, state.model, state.optimizers)
     # max_steps ended the fit inside an epoch: trainmesh's loop entry records that moment, not the
     # end-of-epoch reporting that ran after it, so a resume trains the rest of the epoch (see
     # epoch_end.end_epoch); Lightning's epoch and counters are the trainer's, as Lightning saves them.
@@ -113,6 +112,14 @@ def build_checkpoint(
     return checkpoint
 
 
+def _stored_state_dicts(runtime: Runtime, model: Any, optimizers: Any) -> dict[str, Any]:
+    """The model's and optimizers' states as the checkpoint stores them: each rank's shards where the
+    strategy shards (a distributed checkpoint), or whole tensors gathered on rank 0 where it writes one
+    file though it shards (FSDP's ``state_dict_type="full"``: the other ranks' hooks see ``{}``, as in
+    Lightning, whose FSDP gathers with ``rank0_only``)."""
+    return runtime.checkpoints.state_dicts(model, optimizers, sharded=not runtime.capabilities.whole_checkpoints)
+
+
 def _save_callbacks(trainer: TrainerView, module: Any, checkpoint: dict[str, Any]) -> None:
     """The callbacks' on_save_checkpoint, as Lightning 2.x calls it: a returned value is not stored (Lightning
     1.x until 1.6 stored it as the callback's state; pytorch-lightning 1.8 and 1.9 refuse it, 2.x ignores it),
@@ -144,8 +151,8 @@ def _weights_only_checkpoint(state: LoopState, runtime: Runtime, version: str) -
         "epoch": state.current_epoch,
         "global_step": state.global_step,
         **version_entry(),
-        # Sharded where the strategy shards; the empty optimizer list keeps the layout of a full checkpoint.
-        "state_dict": runtime.checkpoints.state_dicts(state.model, [], sharded=True)["model"],
+        # The empty optimizer list keeps the layout of a full checkpoint.
+        "state_dict": _stored_state_dicts(runtime, state.model, [])["model"],
         # Lightning writes its loops' counters in a weights-only checkpoint too
         "loops": lightning_loops_of(state),
         # (no "optimizer_states" key at all, as Lightning 2.6 and 1.9.5 write none in a weights-only file)
@@ -286,7 +293,8 @@ def restore_modules(
     # Lightning's order: the module's hooks see the checkpoint before its weights are loaded (they may change it)
     if hasattr(module, "on_load_checkpoint"):
         module.on_load_checkpoint(checkpoint)
-    # Sharded form: names and global shapes, with no gather (a full state dict may exist on rank 0 only).
+    # Each rank's shards: names and global shapes (a DTensor's shape is its whole tensor's), with no gather,
+    # also where the checkpoint is one file of whole tensors (FSDP's "full"; a gather would give rank 0 alone them).
     # Lightning loads with the module's strict_loading (a module that saves part of its weights sets False)
     strict = getattr(module, "strict_loading", True) in (None, True)  # Lightning's getter: None (unset) is strict
     check_state_dict_fits(
