@@ -4,9 +4,9 @@ and what a run refuses, it refuses before any process starts."""
 import functools
 import os
 import pickle
-import subprocess
-import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 os.environ["KERAS_BACKEND"] = "torch"
 
@@ -17,6 +17,7 @@ import torch  # noqa: E402
 import keras  # noqa: E402
 import trainmesh.keras as tk  # noqa: E402
 from helpers.fork_checks import FORKS, results  # noqa: E402
+from helpers.processes import run_code_forked  # noqa: E402
 
 
 def data(n=96, features=8, seed=0):
@@ -341,6 +342,8 @@ def test_a_keras_whose_internals_moved_is_refused_before_training(monkeypatch):
 # (helpers/fork_checks.py) instead of a new interpreter per check (2 CPU-s or more of imports each).
 # torch too: ``import trainmesh`` imports neither (its names load on first use), and each fork's
 # ``import trainmesh.keras`` imported torch again (1.2 of its 1.5 CPU-s).
+# That interpreter is a fork of the fork server (helpers/forked.py: torch, trainmesh and what a first
+# Trainer reads imported, Keras not), where it can fork: a new one cost 2 CPU-s more importing torch.
 PROGRAM = FORKS + textwrap.dedent("""
     import torch  # (what every check's trainmesh.keras imports: once, before the forks)
     import trainmesh
@@ -374,13 +377,8 @@ WRONG_BACKENDS = ("tensorflow", "jax", "numpy")
 def _checked() -> dict:
     """What each check of PROGRAM returned, by mode: one interpreter for the tests below."""
     modes = [*WRONG_BACKENDS, "without_keras"]
-    done = subprocess.run(
-        [sys.executable, "-c", PROGRAM, *modes],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    with tempfile.TemporaryDirectory() as folder:
+        done = run_code_forked(PROGRAM, modes, timeout=300, cwd=Path(folder))
     assert done.returncode == 0, done.stderr
     found = results(done.stdout)
     assert len(found) == len(modes), (done.stdout, done.stderr)

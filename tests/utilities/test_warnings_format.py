@@ -13,6 +13,8 @@ import textwrap
 import pytest
 
 import trainmesh
+from helpers.forked import can_fork
+from helpers.processes import run_code_forked
 
 pytest.importorskip("lightning.pytorch")
 
@@ -26,13 +28,33 @@ _PROGRAM = textwrap.dedent(
     """
 )
 
+# Lightning's side, in a fork of the fork server (helpers/forked.py), which imported torch, its
+# torch._dynamo and trainmesh already: `import lightning.pytorch` in a new interpreter imports
+# those too (about 5 CPU-s). trainmesh's import replaced warnings.formatwarning there; Python's
+# own is put back first, as a new interpreter has it, so that Lightning's formatter falls back to
+# Python's for a file not its own, not to trainmesh's.
+_PYTHONS_OWN_FIRST = textwrap.dedent(
+    """
+    import warnings
+    import trainmesh.utilities.warnings
 
-def _shown(package: str, warnings_module: str, *filenames: str) -> list[str]:
-    """What ``warnings`` prints for a warning raised at each file, once ``package`` is imported."""
-    src = os.path.dirname(os.path.dirname(trainmesh.__file__))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    warnings.formatwarning = trainmesh.utilities.warnings._default_format_warning
+    own = warnings.formatwarning
+    assert (own.__module__, own.__qualname__) == ("warnings", "formatwarning"), own
+    """
+)
+
+
+def _shown(package: str, warnings_module: str, *filenames: str, cwd=None) -> list[str]:
+    """What ``warnings`` prints for a warning raised at each file, once ``package`` is imported:
+    in a new interpreter, or (``cwd`` given) in a fork of the fork server, where it can fork."""
     program = _PROGRAM.format(package=package, warnings_module=warnings_module)
-    out = subprocess.run([sys.executable, "-c", program, *filenames], capture_output=True, text=True, env=env)
+    if cwd is not None and can_fork():
+        out = run_code_forked(_PYTHONS_OWN_FIRST + program, list(filenames), timeout=300, cwd=cwd)
+    else:
+        src = os.path.dirname(os.path.dirname(trainmesh.__file__))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+        out = subprocess.run([sys.executable, "-c", program, *filenames], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
@@ -43,7 +65,8 @@ def test_the_library_s_warnings_show_as_lightning_s(tmp_path):
     import trainmesh.trainer.fit_loop as trainmesh_fit_loop
 
     user = str(tmp_path / "train.py")
-    expected = _shown("lightning.pytorch", "lightning.fabric.utilities.warnings", lightning_fit_loop.__file__, user)
+    lightning = ("lightning.pytorch", "lightning.fabric.utilities.warnings")
+    expected = _shown(*lightning, lightning_fit_loop.__file__, user, cwd=tmp_path)
     assert expected[0] == f"{lightning_fit_loop.__file__}:7: few batches"
     assert expected[1] == f"{user}:7: PossibleUserWarning: few batches"  # a program's own: Python's format
     found = _shown("trainmesh", "trainmesh.utilities.warnings", trainmesh_fit_loop.__file__, user)
