@@ -11,24 +11,22 @@ import pytest
 HEAVY_OR_OPTIONAL = ("torch.distributed.tensor", "sympy", "keras", "tensorboard", "sklearn", "rich", "jsonargparse")
 
 
-@pytest.fixture(scope="module")
-def modules_after_import() -> set[str]:
-    # A fresh interpreter: this one has imported whatever other tests needed.
-    code = "import sys, json, trainmesh; print(json.dumps(sorted(sys.modules)))"
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        check=True,
-    )
-    return set(json.loads(result.stdout))
-
-
-@pytest.mark.parametrize("module", HEAVY_OR_OPTIONAL)
-def test_import_trainmesh_does_not_import(module, modules_after_import):
-    assert module not in modules_after_import, f"import trainmesh imports {module}; import it where it is used"
+# One fresh interpreter (this one has imported whatever other tests needed) for what needs no torch:
+# the modules `import trainmesh` imports, then `python -m trainmesh --help` and `--version` (the
+# console script runs the same main), each with its exit status and whether torch was imported by then.
+_LIGHT = """
+import contextlib, io, json, runpy, sys
+import trainmesh
+seen = {'modules': sorted(sys.modules)}
+for argument in ('--help', '--version'):
+    sys.argv, printed = ['trainmesh', argument], io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            runpy.run_module('trainmesh', run_name='__main__')
+    except SystemExit as exit_:
+        seen[argument] = (exit_.code, 'torch' in sys.modules, printed.getvalue())
+print(json.dumps(seen))
+"""
 
 
 def _fresh(code: str) -> subprocess.CompletedProcess:
@@ -37,42 +35,30 @@ def _fresh(code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.fixture(scope="module")
+def light() -> dict:
+    result = _fresh(_LIGHT)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("module", (*HEAVY_OR_OPTIONAL, "torch"))
+def test_import_trainmesh_does_not_import(module, light):
+    assert module not in light["modules"], f"import trainmesh imports {module}; import it where it is used"
+
+
 @pytest.mark.parametrize("argument", ["--help", "--version"])
-def test_the_command_line_answers_help_and_version_without_importing_torch(argument):
-    # `python -m trainmesh --help` (the console script runs the same main): the commands' list
-    # and the version need neither torch nor the Trainer (it took 1.8 s of CPU, torch's 1.4 s included).
-    code = (
-        "import runpy, sys\n"
-        f"sys.argv = ['trainmesh', {argument!r}]\n"
-        "try:\n    runpy.run_module('trainmesh', run_name='__main__')\n"
-        "except SystemExit as exit_:\n    print('exit', exit_.code, 'torch' in sys.modules, file=sys.stderr)\n"
-    )
-    result = _fresh(code)
-    assert result.stderr.splitlines()[-1] == "exit 0 False", result.stderr
+def test_the_command_line_answers_help_and_version_without_importing_torch(argument, light):
+    # The commands' list and the version need neither torch nor the Trainer (it took 1.8 s of
+    # CPU, torch's 1.4 s included).
+    code, torch_imported, printed = light[argument]
+    assert (code, torch_imported) == (0, False), light[argument]
     if argument == "--version":
         from trainmesh.version import __version__
 
-        assert result.stdout.strip() == f"trainmesh {__version__}"
+        assert printed.strip() == f"trainmesh {__version__}"
     else:
-        assert "{fit,validate,test,predict,checkpoint,estimate,scale,project}" in result.stdout
-
-
-def test_the_package_s_names_are_imported_on_first_use():
-    # `import trainmesh` imports no torch; each name of __all__ (and a subpackage used as an
-    # attribute) is there when first touched, `from trainmesh import *` included.
-    code = (
-        "import sys, trainmesh as tm\n"
-        "assert 'torch' not in sys.modules, 'import trainmesh imported torch'\n"
-        "assert tm.LightningModule is tm.Module and tm.LightningDataModule is tm.DataModule\n"
-        "assert tm.callbacks.ModelCheckpoint.__module__.startswith('trainmesh.callbacks')\n"
-        "from trainmesh import *\n"
-        "assert all(getattr(tm, name) is globals()[name] for name in tm.__all__)\n"
-        "assert set(tm.__all__) <= set(dir(tm))\n"
-        "try:\n    tm.no_such_name\nexcept AttributeError as error:\n    print(error)\n"
-    )
-    result = _fresh(code)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "module 'trainmesh' has no attribute 'no_such_name'"
+        assert "{fit,validate,test,predict,checkpoint,estimate,scale,project}" in printed
 
 
 # What touching `tm.Trainer` must not import: the strategies a run may not use (each imported when
@@ -191,13 +177,26 @@ for package in ('trainmesh.strategies', 'trainmesh.callbacks'):  # every public 
     names = {}
     exec(f'from {package} import *', names)
     seen[package] = sorted(set(sys.modules[package].__all__) - set(names))
+# Each name of __all__ (and a subpackage used as an attribute) is there when first touched,
+# `from trainmesh import *` included; an unknown name is an AttributeError.
+names = {'aliases': [tm.LightningModule is tm.Module, tm.LightningDataModule is tm.DataModule,
+                     tm.callbacks.ModelCheckpoint.__module__.split('.')[0:2]]}
+star = {}
+exec('from trainmesh import *', star)
+names['star'] = [name for name in tm.__all__ if getattr(tm, name) is not star.get(name)]
+names['not_in_dir'] = sorted(set(tm.__all__) - set(dir(tm)))
+try:
+    tm.no_such_name
+except AttributeError as error:
+    names['unknown'] = str(error)
+seen['names'] = names
 print(json.dumps(seen))
 """
 
 
 @pytest.fixture(scope="module")
 def modules_by_stage() -> dict:
-    # A fresh interpreter (one for every check below), as modules_after_import.
+    # A fresh interpreter (one for every check below), as light; the one that imports torch and fits.
     return json.loads(_fresh(_STAGES).stdout.splitlines()[-1])  # the last line: the fit's bar prints before it
 
 
@@ -227,6 +226,16 @@ def test_a_named_strategy_imports_its_own_module_only(modules_by_stage):
     assert "trainmesh.strategies.ddp" in after_ddp
     for module in ("trainmesh.strategies.fsdp", "trainmesh.strategies.pipeline", "torch.distributed.checkpoint"):
         assert module not in after_ddp, f"strategy='ddp' imports {module}"
+
+
+def test_the_package_s_names_are_imported_on_first_use(modules_by_stage):
+    # `import trainmesh` imports no torch (test_import_trainmesh_does_not_import[torch]); each name
+    # of __all__ resolves on first use, `from trainmesh import *` included (at the end of _STAGES:
+    # the names its stages touched first crash the stages if they do not resolve).
+    names = modules_by_stage["names"]
+    assert names["aliases"] == [True, True, ["trainmesh", "callbacks"]]
+    assert names["star"] == [] and names["not_in_dir"] == []
+    assert names["unknown"] == "module 'trainmesh' has no attribute 'no_such_name'"
 
 
 @pytest.mark.parametrize("package", ["trainmesh.strategies", "trainmesh.callbacks"])

@@ -20,10 +20,10 @@ def test_batch_norm_epoch_under_ddp_as_lightnings(tmp_path):
 
     script = Path(__file__).parent / "swa_batch_norm_ddp_run.py"
     for name in ("lightning", "trainmesh"):
-        if can_fork():  # as tests/trainer/test_differential_programs_more.py's ddp program
-            world = 2 if name == "trainmesh" else 1
+        if can_fork():  # both on 2 forks in one process group (helpers/beside_lightning.py, lightning_starts=False):
+            # Lightning's Trainer finds its processes started (LOCAL_RANK set, as under torchrun)
             done = run_forked(
-                script, [name, str(tmp_path / name)], env=dict(os.environ), timeout=600, cwd=tmp_path, world=world
+                script, [name, str(tmp_path / name)], env=dict(os.environ), timeout=600, cwd=tmp_path, world=2
             )
         else:
             done = run_program([str(script), name, str(tmp_path / name)], timeout=600, cwd=tmp_path)

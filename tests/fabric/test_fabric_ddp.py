@@ -1,7 +1,7 @@
 """trainmesh.Fabric beside Lightning Fabric 2.6 on 2 processes under ``strategy="ddp"``.
 
-One launch per framework (fabric_ddp_run.py; helpers/beside_lightning.py: Lightning's ddp starts
-its second process itself, trainmesh's runs on 2 forks in one process group) checks at once: the
+One launch per framework (fabric_ddp_run.py; helpers/beside_lightning.py: each on 2 forks in one
+process group, Lightning's Fabric finding its processes started, as under torchrun) checks at once: the
 samples each rank reads, the weights after gradient accumulation with ``no_backward_sync`` and
 clipping (bit-identical), a method marked as a forward, the collectives' results (all_reduce in place, as Fabric's), the checkpoint's
 keys, what ``load`` restores, the set-up module's submodule and parameter names, the callbacks' calls and the CSV logger's rows; then Fabric's
@@ -26,7 +26,7 @@ SCRIPT = Path(__file__).resolve().parent / "fabric_ddp_run.py"
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fabric_ddp")
-    run_beside_lightning(SCRIPT, folder)
+    run_beside_lightning(SCRIPT, folder, lightning_starts=False)
     return folder
 
 

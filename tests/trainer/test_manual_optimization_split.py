@@ -4,12 +4,13 @@ manual_strategies_run.py against the same GAN as plain-torch data-parallel ranks
 chunk; a closure step; chunks that diverge; the refusals left (dp on GPUs, pipelines).
 
 World sizes: dp and layers_on_devices run in this process, ddp2 on one node in one process of its
-own (dp and ddp2 with 2 chunks, as 2 ddp ranks); ddp2 across nodes runs 2 torchrun nodes of 2
-chunks (as 4 ranks; slow).
+own (dp and ddp2 with 2 chunks, as 2 ddp ranks); ddp2 across nodes runs 2 nodes of 2 chunks (as 4
+ranks; slow), each node's process a fork with torchrun's variables.
 """
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,7 +27,6 @@ from manual_strategies_run import BATCHES, PER_RANK_BATCH, CheckedGAN, chunked_s
 import trainmesh as tm  # noqa: E402
 from helpers.forked import run_forked  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
-from strategies.legs import run_torchrun_nodes  # noqa: E402
 from trainmesh.strategies import DataParallelStrategy, Placement  # noqa: E402
 from trainmesh.trainer.manual_optimization import check_manual_settings  # noqa: E402
 
@@ -83,8 +83,26 @@ def test_the_checked_gan_under_dp_resumes_from_its_checkpoint_as_if_uninterrupte
 
 @pytest.mark.slow
 def test_the_checked_gan_under_ddp2_on_two_nodes_matches_four_plain_torch_ranks(tmp_path):
-    outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
-    run_torchrun_nodes(["trainer", "ddp2", "2", "2"], outs, script=SCRIPT, timeout=240, forked_agents=True)
+    # Each node's one process a fork of the fork server with the variables torchrun gives a node's
+    # worker (the Trainer reads its place from them), not a new interpreter under a torchrun agent
+    # (torch imported again, 5 CPU-s each): this checks ddp2's arithmetic across nodes; torchrun's
+    # own start of the same leg is tests/strategies/test_dp.py's.
+    from trainmesh.launchers.environments import find_free_port
+
+    outs, port = [tmp_path / f"node{rank}.pt" for rank in range(2)], str(find_free_port())
+    envs = [
+        {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            **dict(RANK=str(node), WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", GROUP_RANK=str(node)),
+            **dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+        }
+        for node in range(2)
+    ]
+    legs = [["trainer", str(out), "ddp2", "2", "2"] for out in outs]
+    with ThreadPoolExecutor(2) as pool:  # both at once: each waits for the other at the rendezvous
+        done = list(pool.map(lambda leg, env: run_forked(SCRIPT, leg, env=env, timeout=240, cwd=HERE), legs, envs))
+    assert all(d.returncode == 0 for d in done), "\n".join(d.stdout + d.stderr for d in done)[-6000:]
     got, expected = torch.load(outs[0]), reference(4)
     assert got["global_step"] == 6 and got["lrs"] == pytest.approx(expected["lrs"])
     assert_close_weights(got["state_dict"], expected["state_dict"], TOLERANCE)
