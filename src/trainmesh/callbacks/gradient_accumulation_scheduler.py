@@ -37,6 +37,10 @@ class GradientAccumulationScheduler(Callback):
         >>> # Trainer(callbacks=[scheduler])
     """
 
+    # The one a Trainer of a pytorch-lightning 1.x run makes of its own accumulate_grad_batches, as 1.9.5's
+    # (trainer/lightning1/accumulation.py): 1.9.5's callback refuses nothing at on_train_start
+    _made_by_trainer = False
+
     def __init__(self, scheduling: dict[int, int]) -> None:
         super().__init__()
         if not scheduling:
@@ -65,7 +69,7 @@ class GradientAccumulationScheduler(Callback):
 
     def on_train_start(self, trainer: TrainerView, pl_module: Any) -> None:
         """Refuses what Lightning refuses: manual optimization, and a Trainer's own accumulation."""
-        if not pl_module.automatic_optimization:
+        if not pl_module.automatic_optimization and not self._made_by_trainer:
             raise RuntimeError(
                 "Automatic gradient accumulation and the `GradientAccumulationScheduler` is not supported for "
                 "manual optimization. Please remove the callback or switch to automatic optimization."
@@ -77,7 +81,7 @@ class GradientAccumulationScheduler(Callback):
                 " `LightningModule.optimizer_{step,zero_grad}`, the hooks will not be called on every batch"
                 " (rather, they are called on every optimization step)."
             )
-        if trainer.accumulate_grad_batches != 1:
+        if trainer.accumulate_grad_batches != 1 and not self._made_by_trainer:
             raise ValueError(
                 "You have set `accumulate_grad_batches` and are using the `GradientAccumulationScheduler`"
                 " callback. Either remove `accumulate_grad_batches` from the Trainer or remove the callback."

@@ -202,12 +202,15 @@ class CSVLogger(Logger):
         self._calls_since_flush = 0
         self._log_dir_checked = False  # Lightning's check of an existing folder, once (its writer's creation)
         self._sorted_header = True  # Lightning 2's header; 1.9.5's keeps the names' first-appearance order
+        self._lightning1 = False  # a pytorch-lightning 1.x run's (the Trainer tells it at each stage's start)
+        self._written = False  # 1.9.5's writer made: something was logged or saved (not just finalized)
 
     def _follow_module_generation(self, lightning1: bool) -> None:
         """The header order of the run's module generation (the Trainer tells it at each stage's start):
         pytorch-lightning 1.9.5's CSVLogger writes the names in the order they first appear (its save
-        gathers them with ``dict.update``), Lightning 2's sorts them."""
-        self._sorted_header = not lightning1
+        gathers them with ``dict.update``), Lightning 2's sorts them; 1.9.5's rewrites ``hparams.yaml`` at
+        every save (:meth:`save`)."""
+        self._sorted_header, self._lightning1 = not lightning1, lightning1
 
     @property
     def name(self) -> str:
@@ -305,6 +308,7 @@ class CSVLogger(Logger):
         if not on_rank_zero():
             return
         self._check_log_dir()
+        self._written = True
         self._hparams.update(hparams_to_dict({} if params is None else params))
         save_hparams_yaml(self.log_dir, self._hparams)
 
@@ -325,16 +329,22 @@ class CSVLogger(Logger):
         }
         row["step"] = len(self._buffer) if step is None else int(step)
         self._check_log_dir()
+        self._written = True
         self._buffer.append(row)
         self._calls_since_flush += 1
         if self._calls_since_flush >= self._flush_every_n_steps:
             self.save()
 
     def save(self) -> None:
-        """Write the buffered rows to ``metrics.csv`` (global rank 0 only, as Lightning's)."""
+        """Write the buffered rows to ``metrics.csv`` (global rank 0 only, as Lightning's); in a 1.x run
+        ``hparams.yaml`` first, as 1.9.5's writer saves it every time (``{}`` for a module without any)."""
         if not on_rank_zero():
             return
         self._calls_since_flush = 0
+        if self._lightning1:
+            self._check_log_dir()
+            self._written = True
+            save_hparams_yaml(self.log_dir, self._hparams)
         if not self._buffer:
             return
         path = Path(self.metrics_file)
@@ -356,6 +366,8 @@ class CSVLogger(Logger):
         self._buffer = []
 
     def finalize(self, status: str) -> None:
+        if self._lightning1 and not self._written:  # 1.9.5's: no writer made (a tune that logged nothing), no file
+            return
         self.save()
 
 

@@ -22,7 +22,13 @@ from trainmesh.trainer.lightning1.trainer_arguments import (
     hardware_arguments,
     strategy_argument,
 )
-from trainmesh.trainer.lightning1.trainer_members import LightningOneMembers, lightning_one_fit, lightning_one_run
+from trainmesh.trainer.lightning1.trainer_members import (
+    LightningOneMembers,
+    apply_epoch_factor,
+    lightning_one_fit,
+    lightning_one_run,
+    with_accumulation_scheduler,
+)
 from trainmesh.trainer.lightning2_arguments import RunBehaviour, check_run_behaviour
 from trainmesh.trainer.manual_optimization import is_manual
 from trainmesh.trainer.optimizers import SchedulerConfig, optimizer_frequencies, parse_optimizers
@@ -37,6 +43,7 @@ from trainmesh.utilities.rank_zero import rank_zero_info
 __all__ = [
     "OLD_ARGUMENTS",
     "accumulation_argument",
+    "apply_epoch_factor",
     "build_callbacks",
     "build_loggers",
     "build_runtime",
@@ -45,6 +52,7 @@ __all__ = [
     "merge_model_callbacks",
     "point_schedulers_at",
     "run_behaviour",
+    "with_accumulation_scheduler",
 ]
 
 if TYPE_CHECKING:

@@ -13,6 +13,7 @@ import torch
 
 from trainmesh.trainer import evaluation
 from trainmesh.trainer.combined_loaders import refuse_sequential_training
+from trainmesh.trainer.construction import apply_epoch_factor
 from trainmesh.trainer.epoch_end import end_epoch
 from trainmesh.trainer.epoch_opening import OpenedEpoch, first_epoch, open_epoch
 from trainmesh.trainer.fit_cadence import val_check_batches
@@ -121,6 +122,8 @@ def _run_epoch(ctx: LoopContext, fit_data: FitData, loader: Any, opened: OpenedE
     progress = state.progress
     # Lightning's restart skips these (first_epoch), unless the epoch is not started in its counts
     starts = not mid_epoch_resume and (opened is None or not opened.after_last_batch)
+    if ctx.lightning1:  # 1.9.5's fit loop applies the accumulation scheduler before the epoch's hooks
+        apply_epoch_factor(ctx.view, state.module)
     if starts or state.loop.epoch_not_started:
         state.loop.epoch_not_started = False
         progress.epochs.ready()

@@ -16,7 +16,7 @@ from trainmesh.loggers.csv_logger import CSVLogger
 from trainmesh.module import Module
 from trainmesh.trainer import run_identity
 from trainmesh.trainer.batch_transfer import choose_batch_hooks
-from trainmesh.trainer.construction import configure_run_optimizers, merge_model_callbacks
+from trainmesh.trainer.construction import configure_run_optimizers, merge_model_callbacks, with_accumulation_scheduler
 from trainmesh.trainer.data_source import DataSource
 from trainmesh.trainer.fit_data import FitData
 from trainmesh.trainer.hooks import HookDispatcher
@@ -66,7 +66,7 @@ def prepare_stage(
         model._tm_attach(trainer, state.log_collector)
     state.hooks = None  # a hook refused below leaves no earlier run's hooks to call
     # Lightning's order: the model's callbacks join the Trainer's, then prepare_data, then setup.
-    trainer.callbacks = merge_model_callbacks(trainer.callbacks, model)
+    trainer.callbacks = _stage_callbacks(trainer, model)
     runtime.trainer_port.reseed_for_run()  # Lightning's DDP/FSDP setup_environment: reset_seed()
     setup_profiler(trainer.profiler, stage, trainer, model, trainer.log_dir)
     hooks = state.hooks = hook_dispatcher(
@@ -99,6 +99,15 @@ def prepare_stage(
     if "SLURM_NTASKS" in os.environ and _under_slurm():  # SIGUSR1 requeues (supervision/preemption.py)
         _signals_log.info("SLURM auto-requeueing enabled. Setting signal handlers.")
     return ctx
+
+
+def _stage_callbacks(trainer: StageTrainer, model: Any) -> list[Any]:
+    """The Trainer's callbacks with the model's (``configure_callbacks``); in a 1.x run, with the
+    ``GradientAccumulationScheduler`` 1.9.5 lists in every Trainer (lightning1/accumulation.py)."""
+    callbacks = merge_model_callbacks(trainer.callbacks, model)
+    if trainer._written_for_lightning1:
+        return with_accumulation_scheduler(callbacks, trainer.accumulate_grad_batches)
+    return callbacks
 
 
 def _fit_source_of(stage: str, data: DataSource, model: Any, lightning1: bool) -> DataSource:

@@ -30,6 +30,7 @@ from trainmesh.trainer.construction import (
     build_callbacks,
     build_loggers,
     build_runtime,
+    with_accumulation_scheduler,
 )
 from trainmesh.trainer.construction_lines import said_once_per_run
 from trainmesh.trainer.constructor_arguments import lightning_arguments
@@ -170,7 +171,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         max_epochs_given = max_epochs is not None  # trainer.max_epochs reads None until a fit settles it
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
-        callbacks, accumulate_grad_batches = accumulation_argument(callbacks, accumulate_grad_batches)  # 1.x's dict
+        accumulate_grad_batches, scheduling = accumulation_argument(callbacks, accumulate_grad_batches)  # 1.x's dict
         # the loop's settings are the arguments of check_loop_settings' names (max_epochs and the two
         # limits as overfit_batches and max_time left them above)
         self._settings = loop = check_loop_settings(**{n: v for n, v in locals().items() if n in _LOOP_SETTINGS})
@@ -182,6 +183,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.loggers = build_loggers(logger, self.default_root_dir, fast_dev_run=bool(loop.fast_dev_run))
         bars = {"progress_bar": enable_progress_bar, "summary": enable_model_summary}
         self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
+        if scheduling is not None or self._lightning1.spelled:  # 1.9.5's in every Trainer (lightning1/accumulation.py)
+            self.callbacks = with_accumulation_scheduler(self.callbacks, scheduling or accumulate_grad_batches)
         # loop_state.py: the properties below read it
         self._state = self._new_loop_state()
         construction.log_device_info(self.runtime)  # Lightning's "GPU available: ..." lines, last as its

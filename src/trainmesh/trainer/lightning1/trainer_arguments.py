@@ -84,12 +84,12 @@ def hardware_arguments(settings: dict[str, Any], *, gpus: Any, accelerator: Any,
     return gpus, accelerator, devices
 
 
-def accumulation_argument(callbacks: Any, accumulate_grad_batches: Any) -> tuple[Any, Any]:
+def accumulation_argument(callbacks: Any, accumulate_grad_batches: Any) -> tuple[Any, dict[int, int] | None]:
     """1.x's ``accumulate_grad_batches={epoch: factor}`` (2.0 took only an int) is 1.9.5's
-    ``GradientAccumulationScheduler(that dict)`` added after the program's callbacks, the Trainer's own
-    factor 1 (the callback sets it each epoch); with such a callback given as well, 1.9.5's error."""
+    ``GradientAccumulationScheduler(that dict)``, listed by the Trainer (accumulation.py): the factor for
+    epoch 0 and the dict; with such a callback given as well, 1.9.5's error. An int: itself, None."""
     if not isinstance(accumulate_grad_batches, dict):
-        return callbacks, accumulate_grad_batches
+        return accumulate_grad_batches, None
     from trainmesh.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
     from trainmesh.utilities.exceptions import MisconfigurationException
 
@@ -104,7 +104,9 @@ def accumulation_argument(callbacks: Any, accumulate_grad_batches: Any) -> tuple
         f"accumulate_grad_batches={accumulate_grad_batches!r} is Lightning 1.x's spelling; today: "
         f"callbacks=[GradientAccumulationScheduler({accumulate_grad_batches!r})]"
     )
-    return [*given, GradientAccumulationScheduler(dict(accumulate_grad_batches))], 1
+    # its checks (keys, factors) and its factor for epoch 0, as 1.9.5's Trainer reads it
+    scheduling = dict(accumulate_grad_batches)
+    return GradientAccumulationScheduler(scheduling).get_accumulate_grad_batches(0), scheduling
 
 
 def strategy_argument(strategy: Any) -> Any:

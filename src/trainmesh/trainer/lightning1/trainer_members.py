@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from trainmesh.model_configuration import is_lightning1_module
+from trainmesh.trainer.lightning1.accumulation import apply_epoch_factor as apply_epoch_factor  # (construction)
+from trainmesh.trainer.lightning1.accumulation import listed_scheduler
+from trainmesh.trainer.lightning1.accumulation import with_accumulation_scheduler as with_accumulation_scheduler
 from trainmesh.trainer.lightning1.grad_norm import GradNormTracking, check_norm_type
 from trainmesh.trainer.lightning1.legacy_arguments import OLD_ARGUMENTS
 from trainmesh.trainer.lightning1.one_run import LightningOneRun
@@ -206,6 +209,7 @@ class LightningOneMembers(RunProperties):
         # Lightning 2.0 removed the argparse classmethods: a program calling one was written for 1.x
         # (the Trainer's own state, set as its construction returns; not the program's object)
         made._lightning1.spelled = True
+        made.callbacks = with_accumulation_scheduler(made.callbacks, made.accumulate_grad_batches)  # 1.9.5's list
         return made
 
     @property
@@ -288,9 +292,8 @@ class LightningOneMembers(RunProperties):
         ``{0: accumulate_grad_batches}`` (1.9.5 added that one to every Trainer)."""
         from trainmesh.callbacks import GradientAccumulationScheduler
 
-        given = [cb for cb in self.callbacks if isinstance(cb, GradientAccumulationScheduler)]
         factor = getattr(self, "accumulate_grad_batches", 1)  # the Trainer's field (trainer_fields.py)
-        return given[0] if given else GradientAccumulationScheduler({0: factor})
+        return listed_scheduler(self.callbacks) or GradientAccumulationScheduler({0: factor})
 
     def tune(
         self,
