@@ -16,15 +16,12 @@ from trainmesh.launchers.environments import find_free_port
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def run_beside_lightning(script: Path, out: Path, *, lightning_starts: bool = True) -> None:
+def run_beside_lightning(script: Path, out: Path, *, lightning_ranks: int = 1) -> None:
     """``script lightning|trainmesh <folder>`` under both frameworks; asserts both ended well.
-
-    ``lightning_starts=False``: Lightning's run on 2 forks in one process group as well, its
-    Trainer or Fabric finding its processes started (``LOCAL_RANK`` set, as under torchrun: an
-    owner-defined way to run its ddp) instead of starting its second process as a new
-    interpreter (about 6 CPU-s: torch, Lightning and dynamo imported again), for a program
-    whose numbers do not depend on how Lightning starts its processes. One user of this helper
-    (tests/strategies/test_lightning_model_parallel.py) keeps Lightning's own start."""
+    ``lightning_ranks`` > 1: Lightning's ranks are that many forks with torchrun's variables
+    (helpers/forked.py's ``torchrun``), as ``torchrun --nproc-per-node N script`` starts them, so
+    its ddp starts no new interpreter (5 CPU-s each): for a comparison of what the run computes,
+    whose Lightning launcher the test is not about."""
     env = {k: v for k, v in os.environ.items() if k != "PL_GLOBAL_SEED"}
     env["PYTHONPATH"] = os.pathsep.join([SRC, env.get("PYTHONPATH", "")])
     # Lightning's ddp picks its own port, which a launch running beside it on the other xdist worker
@@ -32,7 +29,8 @@ def run_beside_lightning(script: Path, out: Path, *, lightning_starts: bool = Tr
     env["MASTER_PORT"] = str(find_free_port())
     theirs = [str(script), "lightning", str(out / "lightning")]
     if can_fork():  # rank 0 a fork (torch imported); Lightning's ddp starts rank 1 as a new interpreter
-        done = run_forked(script, theirs[1:], env=env, timeout=600, cwd=out, world=1 if lightning_starts else 2)
+        torchrun = {"world": lightning_ranks, "torchrun": True} if lightning_ranks > 1 else {}
+        done = run_forked(script, theirs[1:], env=env, timeout=600, cwd=out, **torchrun)
     else:
         done = run_program(theirs, timeout=600, cwd=out, env=env)
     assert done.returncode == 0, done.stderr[-3000:]

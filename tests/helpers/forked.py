@@ -97,34 +97,59 @@ def _fork_server() -> multiprocessing.context.BaseContext:
 
 
 def run_forked(
-    program: Path, args: list[str], *, env: dict[str, str], timeout: float, cwd: Path | None = None, world: int = 1
+    program: Path,
+    args: list[str],
+    *,
+    env: dict[str, str],
+    timeout: float,
+    cwd: Path | None = None,
+    world: int = 1,
+    torchrun: bool = False,
 ) -> subprocess.CompletedProcess:
     """As ``subprocess.run([sys.executable, PROGRAM, *ARGS], env=env, cwd=cwd, capture_output=True,
     text=True, timeout=timeout)`` with the program in a new session: on timeout the session
     (its workers included) is killed and TimeoutExpired raised. ``world`` > 1: as torchrun
     would run it on ``world`` processes, each a fork in one process group (ddp_fork's), where
     the program's Trainer or Runtime of ``world`` devices finds its processes already started
-    (for a program that does not test how they start)."""
-    return start_forked(program, args, env=env, cwd=cwd, world=world).wait(timeout)
+    (for a program that does not test how they start). ``torchrun`` (world > 1): the ``world``
+    forks get torchrun's variables and no process group, as ``torchrun --nproc-per-node WORLD``
+    workers (another framework's run, Lightning's, which then starts none itself); the first rank
+    that fails stops the others, as torchrun's agent does."""
+    return start_forked(program, args, env=env, cwd=cwd, world=world, torchrun=torchrun).wait(timeout)
 
 
 def start_forked(
-    program: Path, args: list[str], *, env: dict[str, str], cwd: Path | None = None, world: int = 1
+    program: Path,
+    args: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    world: int = 1,
+    torchrun: bool = False,
 ) -> Forked:
     """``run_forked`` without the wait, as ``subprocess.Popen`` is ``subprocess.run`` without it:
     for programs that run at once (replica groups that train together); ``Forked.wait`` collects
     one, ``Forked.kill`` stops one (its whole session) at once."""
-    return Forked(program, args, env=env, cwd=cwd, world=world)
+    return Forked(program, args, env=env, cwd=cwd, world=world, torchrun=torchrun)
 
 
 class Forked:
     """A program started by ``start_forked``: ``poll()``, ``wait(timeout)``, ``kill()``."""
 
-    def __init__(self, program: Path, args: list[str], *, env: dict[str, str], cwd: Path | None, world: int) -> None:
+    def __init__(
+        self,
+        program: Path,
+        args: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path | None,
+        world: int,
+        torchrun: bool = False,
+    ) -> None:
         self.command = [sys.executable, str(program), *args]
         self._folder = tempfile.TemporaryDirectory(prefix="forked-")
         self._out, self._err = Path(self._folder.name, "stdout"), Path(self._folder.name, "stderr")
-        target_args = (str(program), args, env, cwd, self._out, self._err, world)
+        target_args = (str(program), args, env, cwd, self._out, self._err, world, torchrun)
         self._child = _fork_server().Process(target=_child, args=target_args)
         self._child.start()
 
@@ -174,8 +199,60 @@ def _run_main(program: str) -> None:
             raise
 
 
+def _run_as_torchrun(program: str, world: int) -> None:
+    """``program``'s ``world`` ranks as forks of this process with the variables torchrun gives its
+    workers on one node; the first rank that fails stops the others (torchrun's agent does), and
+    its exit status is this process's."""
+    from trainmesh.launchers.environments import find_free_port
+
+    port = os.environ.get("MASTER_PORT") or str(find_free_port())
+    ranks: dict[int, int] = {}
+    for rank in range(world):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.environ.update(
+                    {"RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank)}
+                )
+                os.environ.update(
+                    {"WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "ROLE_WORLD_SIZE": str(world)}
+                )
+                os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "TORCHELASTIC_RUN_ID": "forked"})
+                _run_main(program)
+                code = 0
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        ranks[pid] = rank
+    failed = 0
+    while ranks:
+        pid, status = os.wait()
+        del ranks[pid]
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0 and not failed:
+            failed = code if code > 0 else 1
+            print(f"forked rank failed ({code}); stopping the others", file=sys.stderr)
+            for other in ranks:
+                os.kill(other, signal.SIGKILL)
+    if failed:
+        raise SystemExit(failed)
+
+
 def _child(
-    program: Path, args: list[str], env: dict[str, str], cwd: Path | None, out: Path, err: Path, world: int
+    program: Path,
+    args: list[str],
+    env: dict[str, str],
+    cwd: Path | None,
+    out: Path,
+    err: Path,
+    world: int,
+    torchrun: bool = False,
 ) -> None:
     # Everything the fork server imported (torch, trainmesh, dynamo, DTensor ...: most of this heap)
     # out of the collector's reach: each full collection here, automatic or explicit (the fork
@@ -215,7 +292,10 @@ def _child(
                 raise RuntimeError(
                     f"the forked program has {len(os.listdir('/proc/self/task'))} threads before its workers fork"
                 )
-            tm.Runtime(accelerator="cpu", strategy="ddp_fork", devices=world).launch(_run_main, str(program))
+            if torchrun:
+                _run_as_torchrun(str(program), world)
+            else:
+                tm.Runtime(accelerator="cpu", strategy="ddp_fork", devices=world).launch(_run_main, str(program))
         else:
             _run_main(str(program))
         code = 0

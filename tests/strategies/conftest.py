@@ -1,5 +1,7 @@
+import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -7,7 +9,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from legs import SCRIPT, run, weights  # noqa: E402
+from legs import SCRIPT, run, run_torchrun_nodes, weights  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +35,33 @@ def _reference_run(out: Path) -> str | None:
     except subprocess.TimeoutExpired as timeout:
         return f"timed out: {timeout}"
     return None if result.returncode == 0 else result.stderr[-2000:]
+
+
+@pytest.fixture(scope="session")
+def torchrun_nodes(tmp_path_factory) -> Callable[[str], Path]:
+    """Two torchrun nodes on 127.0.0.1 (one process each; agents forked, workers torchrun's new
+    interpreters) in one launch for test_ddp.py and test_dp.py: the ``ddp`` fit (1 device per node),
+    then the ``ddp2`` one (2 devices per node, one process each) in the process group the first made
+    (helpers/batches.py's ``--batch``). ``torchrun_nodes(NAME)``: the file rank 0 saved, or the
+    failure (a failed fit's traceback, the agents' stderr) if that fit saved none."""
+    root = tmp_path_factory.mktemp("torchrun_nodes")
+    legs = [
+        ["trainer", str(root / f"{name}.pt"), name, devices, "2"] for name, devices in (("ddp", "1"), ("ddp2", "2"))
+    ]
+    spec = root / "batch.json"
+    spec.write_text(json.dumps({"world": 2, "legs": [[argv, {}, str(root / argv[2])] for argv in legs]}))
+    failure = ""
+    try:
+        run_torchrun_nodes(["--batch", str(spec)], [root / "node0", root / "node1"], timeout=240, forked_agents=True)
+    except AssertionError as failed:  # the agents' stderr; a fit's traceback is in its leg's error file
+        failure = "\n".join([*(path.read_text()[-3000:] for path in sorted(root.glob("*.error-*"))), str(failed)])
+
+    def saved(name: str) -> Path:
+        out = root / f"{name}.pt"
+        assert out.exists(), f"the {name} fit on two torchrun nodes saved nothing:\n{failure}"
+        return out
+
+    return saved
 
 
 @pytest.fixture(scope="session")

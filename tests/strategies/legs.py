@@ -41,8 +41,10 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
 def run_torchrun_nodes(
     leg: list[str], outs: list[Path], *, timeout: float = 120, script: Path = SCRIPT, forked_agents: bool = False
 ) -> None:
-    """One torchrun agent per node on 127.0.0.1 (``--nnodes len(outs)``, one process each).
-    ``forked_agents``: each agent is a fork of the fork server running torchrun's main (this
+    """One torchrun agent per node on 127.0.0.1 (``--nnodes len(outs)``, one process each), node
+    R's program ``SCRIPT LEG[0] OUTS[R] LEG[1:]``; a LEG of ``--batch SPEC`` (helpers/batches.py:
+    several legs one after another in one process group, each naming its own output) is every
+    node's whole argv. ``forked_agents``: each agent is a fork of the fork server running torchrun's main (this
     file's ``__main__``: no second import of torch) where it can be; its worker is torchrun's new
     interpreter all the same."""
     from trainmesh.launchers.environments import find_free_port
@@ -52,7 +54,8 @@ def run_torchrun_nodes(
 
     def torchrun(rank: int, out: Path) -> list[str]:
         node = ["--nnodes", str(len(outs)), "--nproc-per-node", "1", "--node-rank", str(rank)]
-        return [*node, "--master-addr", "127.0.0.1", "--master-port", port, str(script), leg[0], str(out), *leg[1:]]
+        argv = leg if leg[0] == "--batch" else [leg[0], str(out), *leg[1:]]
+        return [*node, "--master-addr", "127.0.0.1", "--master-port", port, str(script), *argv]
 
     if forked_agents and can_fork():
         with ThreadPoolExecutor(len(outs)) as pool:  # all at once: each waits for the others at the rendezvous

@@ -2,8 +2,8 @@
 
 python mesh_run.py OUT_DIR  -> each rank writes OUT_DIR/rank{R}.json with what it saw
 
-The Runtime (hsdp, 2 shard groups of 2, started by the elastic launcher re-running this
-script) makes the process group; every check below shares it. Each check is recorded, not
+The Runtime (hsdp, 2 shard groups of 2) makes the process group, or under the test (4 forks in
+one group, helpers/forked.py) finds it made; every check below shares it. Each check is recorded, not
 asserted, so that the test can say which one is wrong on which rank.
 """
 

@@ -20,7 +20,7 @@ SCRIPT = HERE / "ddp_run.py"
 sys.path.insert(0, str(HERE))
 
 from ddp_run import Net, dataset  # noqa: E402
-from legs import run, run_torchrun_nodes, weights  # noqa: E402
+from legs import run, weights  # noqa: E402
 
 from helpers.batches import Batches, LegFailed  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
@@ -96,10 +96,8 @@ def test_ddp_spawn_returns_the_trained_weights_to_the_parent(handwritten):
     assert (trainer.state.status, trainer.state.fn, trainer.state.stage) == ("finished", "fit", None)
 
 
-def test_two_torchrun_nodes_give_the_same_weights(tmp_path, handwritten):
-    outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
-    run_torchrun_nodes(["trainer", "ddp", "1", "2"], outs, forked_agents=True)
-    saved = torch.load(outs[0])
+def test_two_torchrun_nodes_give_the_same_weights(torchrun_nodes, handwritten):
+    saved = torch.load(torchrun_nodes("ddp"))
     assert saved["world_size"] == 2
     for name, tensor in handwritten.items():
         assert torch.equal(saved["state_dict"][name], tensor), name

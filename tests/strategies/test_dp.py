@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 from ddp_run import Net, dataset
-from legs import SCRIPT, run, run_torchrun_nodes
+from legs import SCRIPT, run
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
@@ -105,10 +105,8 @@ def test_dp_loss_without_step_end_is_the_mean_of_the_device_losses():
     assert model.chunk_sizes == [4, 4, 2]  # as torch.chunk / DataParallel's scatter split 10 over 3
 
 
-def test_ddp2_on_two_torchrun_nodes_matches_the_handwritten_ddp_loop(tmp_path, handwritten):
-    outs = [tmp_path / f"node{rank}.pt" for rank in range(2)]
-    run_torchrun_nodes(["trainer", "ddp2", "2", "2"], outs, forked_agents=True)  # agents without a 2nd torch import
-    saved = torch.load(outs[0])
+def test_ddp2_on_two_torchrun_nodes_matches_the_handwritten_ddp_loop(torchrun_nodes, handwritten):
+    saved = torch.load(torchrun_nodes("ddp2"))  # after conftest's ddp fit, in its process group
     assert saved["world_size"] == 2  # one process per node
     assert saved["node_batches"] == 16  # training_step_end saw each node's batch, one loss per device
     total = sum(float(t.double().sum()) for t in saved["state_dict"].values())

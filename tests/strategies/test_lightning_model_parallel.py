@@ -34,7 +34,7 @@ CASES = ["tensor_parallel", "data_parallel", "resumed"]
 def records(tmp_path_factory):
     pytest.importorskip("lightning.pytorch")
     out = tmp_path_factory.mktemp("lightning_model_parallel")
-    run_beside_lightning(SCRIPT, out)
+    run_beside_lightning(SCRIPT, out, lightning_ranks=2)  # Lightning's 2 ranks as torchrun's workers, forked
     return out
 
 
@@ -130,3 +130,31 @@ def test_a_trainer_refuses_fabric_s_parallelize_fn_with_lightning_s_type_error(t
     with pytest.raises(TypeError) as ours:
         trainmesh.Trainer(strategy=ModelParallelStrategy(parallelize_fn=parallelize), default_root_dir=tmp_path)
     assert str(ours.value).startswith(str(theirs.value))
+
+
+RANKS_PROGRAM = """
+import os, time
+print("RANK", os.environ["RANK"], "OF", os.environ["WORLD_SIZE"], "LOCAL", os.environ["LOCAL_RANK"],
+      "ELASTIC", "TORCHELASTIC_RUN_ID" in os.environ, "PORT", os.environ["MASTER_PORT"], flush=True)
+if os.environ["RANK"] == "1":
+    raise RuntimeError("planted failure in rank 1")
+time.sleep(600)  # rank 0 "waits in a collective" for a peer that is gone
+"""
+
+
+def test_lightning_s_forked_ranks_get_torchrun_s_variables_and_a_failing_rank_stops_the_others(tmp_path):
+    """``run_beside_lightning(lightning_ranks=2)``'s ranks (helpers/forked.py's ``torchrun``): what
+    torchrun gives its workers, and rank 1's failure ends rank 0 too, as torchrun's agent ends them
+    (not the 600 s rank 0 would wait)."""
+    from helpers.forked import can_fork, run_forked
+
+    if not can_fork():
+        pytest.skip("no fork server on this platform: run_beside_lightning runs Lightning's own launcher there")
+    program = tmp_path / "ranks.py"
+    program.write_text(RANKS_PROGRAM)
+    env = {"PATH": "/usr/bin:/bin", "MASTER_PORT": "29555"}
+    done = run_forked(program, [], env=env, timeout=240, cwd=tmp_path, world=2, torchrun=True)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "RuntimeError: planted failure in rank 1" in done.stderr
+    for rank in (0, 1):
+        assert f"RANK {rank} OF 2 LOCAL {rank} ELASTIC True PORT 29555" in done.stdout, done.stdout
