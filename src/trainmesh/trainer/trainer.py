@@ -30,6 +30,7 @@ from trainmesh.trainer.construction import (
     build_callbacks,
     build_loggers,
     build_runtime,
+    extend_users_list,
 )
 from trainmesh.trainer.construction_lines import said_once_per_run
 from trainmesh.trainer.constructor_arguments import lightning_arguments
@@ -169,6 +170,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.overfit_batches = whole_count(overfit_batches)  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         max_epochs_given = max_epochs is not None  # trainer.max_epochs reads None until a fit settles it
+        users_list = callbacks  # Lightning adds its callbacks to a list given (extend_users_list)
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
         callbacks, accumulate_grad_batches = accumulation_argument(callbacks, accumulate_grad_batches)  # 1.x's dict
         # the loop's settings are the arguments of check_loop_settings' names (max_epochs and the two
@@ -182,6 +184,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.loggers = build_loggers(logger, self.default_root_dir, fast_dev_run=bool(loop.fast_dev_run))
         bars = {"progress_bar": enable_progress_bar, "summary": enable_model_summary}
         self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
+        extend_users_list(users_list, self.callbacks)
         # loop_state.py: the properties below read it
         self._state = self._new_loop_state()
         construction.log_device_info(self.runtime)  # Lightning's "GPU available: ..." lines, last as its
