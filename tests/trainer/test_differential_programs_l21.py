@@ -66,3 +66,59 @@ def test_a_trainer_adds_its_callbacks_to_the_list_it_is_given_as_lightning_s(tmp
     found = run_both(folds_sharing_one_callbacks_list, tmp_path)
     assert found["lightning"]["extra"]["seen"][3] == "fold0/checkpoints/epoch=1-step=4.ckpt"
     assert differences(found["lightning"], found["trainmesh"]) == []
+
+
+def checkpoints_the_program_names_on_the_trainer(L, root):
+    """Lightning 2.6's ``trainer.ckpt_path = path`` (its setter's docs: "manage which checkpoint is
+    loaded statefully"): the runs after it given no ckpt_path load that file, fit resumes it, until the
+    program sets None or passes a ckpt_path; and ``trainer.ckpt_path`` after a run that loaded nothing is None."""
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    data = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+
+    def loss(model):
+        return torch.nn.functional.mse_loss(model.layer(x), x.sum(1, keepdim=True)).item()
+
+    class Model(L.pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return F.mse_loss(self.layer(batch[0]), batch[1])
+
+        def test_step(self, batch, batch_idx):
+            self.log("test_loss", F.mse_loss(self.layer(batch[0]), batch[1]))
+
+        def predict_step(self, batch, batch_idx):
+            return self.layer(batch[0])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def trainer(epochs):
+        return L.pl.Trainer(**trainer_kwargs(root, max_epochs=epochs, logger=False, enable_model_summary=False))
+
+    model, seen = Model(), []
+    first = trainer(1)
+    first.fit(model, data)
+    first.save_checkpoint(root / "one.ckpt")
+    second = trainer(3)
+    second.fit(model, data)
+    second.ckpt_path = str(root / "one.ckpt")
+    for given in (None, None, str(root / "one.ckpt"), None):  # the third forgets the program's path
+        seen.append((second.test(model, data, ckpt_path=given, verbose=False), second.ckpt_path and "set"))
+    second.predict(model, data, ckpt_path=None)
+    seen.append((loss(model), second.ckpt_path))
+    resumed, fresh = trainer(3), Model()
+    resumed.ckpt_path = str(root / "one.ckpt")
+    resumed.fit(fresh, data)
+    return outcome(resumed, fresh, root, seen=seen, epochs=(resumed.global_step, resumed.current_epoch))
+
+
+def test_a_checkpoint_path_the_program_sets_on_the_trainer_is_loaded_as_lightning_s(tmp_path):
+    """Found by a program resuming through ``trainer.ckpt_path = ...``: trainmesh kept the path and loaded
+    nothing, testing the trained weights (test_loss 0.105 where Lightning 2.6.6 tests the file's, 1.252)
+    and fitting afresh; after predict(ckpt_path=None) it still named the checkpoint of the run before."""
+    found = run_both(checkpoints_the_program_names_on_the_trainer, tmp_path)
+    assert found["lightning"]["extra"]["seen"][0] != found["lightning"]["extra"]["seen"][3]
+    assert differences(found["lightning"], found["trainmesh"]) == []

@@ -21,6 +21,7 @@ from trainmesh.trainer.checkpoint_paths import (
     clear_interrupted_saves,
     evaluation_ckpt_path,
     evaluation_places,
+    program_ckpt_path,
     save_arguments,
 )
 from trainmesh.trainer.checkpointing import write_checkpoint
@@ -213,6 +214,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         refuse_several_processes(self, self.runtime)  # the finder callbacks search inside the fit (finder_runs.py)
         data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
         data = for_overfit(data, self.overfit_batches)
+        ckpt_path = program_ckpt_path(self._state, ckpt_path)[0]  # a trainer.ckpt_path the program set
         ckpt_path = construction.lightning_one_fit(self, data, ckpt_path)  # Lightning 1.x's (lightning1/)
         self._launch("fit", model, data, ckpt_path, weights_only)
 
@@ -251,7 +253,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     ) -> Any:
         """Run ``predict_step`` over the data; returns the outputs (a list per dataloader), or None
         with ``return_predictions=False`` (Lightning's arguments, in its order)."""
-        ckpt_path = evaluation_ckpt_path(self, "predict", model, ckpt_path)
+        ckpt_path = self._evaluation_ckpt_path("predict", model, ckpt_path)
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
         self._state.predict_loop.return_predictions = return_predictions  # decided (and refused) there
@@ -299,13 +301,17 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     def _evaluate(
         self, stage: str, model: Any, dataloaders: Any, datamodule: Any, ckpt: tuple[Any, Any], verbose: bool
     ) -> list[dict[str, float]]:
-        ckpt = (evaluation_ckpt_path(self, stage, model, ckpt[0]), ckpt[1])
+        ckpt = (self._evaluation_ckpt_path(stage, model, ckpt[0]), ckpt[1])
         model = self._model_or_last(model, stage)
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
         results: list[dict[str, float]] = self._launch(stage, model, data, *ckpt)
         if verbose and self.is_global_zero:
             print_results(stage, results)
         return results
+
+    def _evaluation_ckpt_path(self, stage: str, model: Any, ckpt_path: Any) -> Any:
+        ckpt_path, programs = program_ckpt_path(self._state, ckpt_path)  # a trainer.ckpt_path the program set
+        return ckpt_path if programs else evaluation_ckpt_path(self, stage, model, ckpt_path)
 
     def _launch(
         self, stage: str, model: Any, data: DataSource, ckpt_path: str | None, weights_only: bool | None = None
