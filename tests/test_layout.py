@@ -451,6 +451,7 @@ CROSS_CUTTING: dict[str, str] = {
     "trainer/test_differential_programs_bolts.py": "what lightning-bolts' models and callbacks showed trainmesh doing differently from Lightning, as small programs under both",
     "trainer/test_differential_programs_l36.py": "Lightning 2.6 programs using the common API together (DataModule, checkpoint, early stopping, CSV, resume), under Lightning 2.6 and their port",
     "trainer/test_differential_programs_l20.py": "what the l-progs20 campaign's Lightning 2.x programs showed trainmesh doing differently from Lightning 2.6, as small programs under both",
+    "trainer/test_differential_programs_l21.py": "what the l-progs21 campaign's Lightning 2.x programs showed trainmesh doing differently from Lightning 2.6, as small programs under both",
     "trainer/test_differential_programs_hydra.py": "what the lightning-hydra-template relies on (torchmetrics objects in self.log, rank_zero_only.rank, ...), under Lightning 2.6 and its port",
     "test_lightning_inventory.py": "docs/lightning-api.md and docs/fabric-api.md, the inventories of Lightning's and Lightning Fabric's API, against the installed Lightning",
     "test_lightning_signatures.py": "every parameter of Lightning 2.6's signatures is taken by trainmesh's, or listed with its reason",

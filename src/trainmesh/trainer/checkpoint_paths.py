@@ -100,6 +100,23 @@ def hpc_checkpoint(trainer: TrainerView, stage: str) -> str:
     return os.path.join(folder, f"hpc_ckpt_{max(versions)}.ckpt")
 
 
+def program_ckpt_path(state: Any, ckpt_path: Any) -> tuple[Any, bool]:
+    """Lightning 2.6's ``_select_ckpt_path`` where the program set ``trainer.ckpt_path = path`` (its
+    "user managed" path): a run given no ``ckpt_path`` loads that path as set, run after run, until the
+    program sets None; a run given one loads the one given, with Lightning's warning, and forgets the
+    program's. The path, and whether it is the program's."""
+    if not state.ckpt_user_managed:
+        return ckpt_path, False
+    if not ckpt_path:
+        return state.ckpt_path, True
+    rank_zero_warn(  # Lightning's words (fit's name whatever the run)
+        f"`trainer.ckpt_path = {state.ckpt_path!r}` was called but then you passed"
+        f" `trainer.fit(ckpt_path={ckpt_path!r})`. The latter will be loaded."
+    )
+    state.ckpt_path, state.ckpt_user_managed = None, False
+    return ckpt_path, False
+
+
 def evaluation_ckpt_path(trainer: TrainerView, stage: str, model: Any, ckpt_path: Any) -> Any:
     """The checkpoint validate/test/predict load, as Lightning chooses it: called without a model once one
     is connected (after a fit), "best" with Lightning's warning; else ``ckpt_path`` as given (None: the

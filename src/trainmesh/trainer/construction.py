@@ -48,6 +48,7 @@ __all__ = [
     "build_loggers",
     "build_runtime",
     "configure_run_optimizers",
+    "extend_users_list",
     "in_todays_spelling",
     "merge_model_callbacks",
     "point_schedulers_at",
@@ -265,6 +266,27 @@ def build_callbacks(
     result += default_bar_and_summary(result, progress_bar=progress_bar, summary=summary)
     refuse_shared_state_keys(result)
     return reordered(result)
+
+
+def extend_users_list(given: Any, built: list[Any]) -> None:
+    """Lightning's ``Trainer(callbacks=[...])`` adds its callbacks to the list given, the program's own
+    object (its ``_CallbackConnector.on_trainer_init``: ``trainer.callbacks = callbacks or []``, then
+    ``.append``): after ``Trainer(...)`` that list holds the default ``ModelCheckpoint``, the
+    ``max_time`` ``Timer``, the bar, the summary (1.x's ``GradientAccumulationScheduler`` of a dict
+    ``accumulate_grad_batches``) too, in that order, and a second Trainer given the
+    same list takes them as its own. An empty list, one callback, a tuple: not added to (Lightning's
+    ``callbacks or []`` makes a new list of an empty one)."""
+    if not isinstance(given, list) or not given:
+        return
+    from trainmesh.callbacks.timer import Timer
+
+    known = {id(cb) for cb in given}
+
+    def lightning_order(cb: Any) -> int:
+        summary = any(k.__name__ in ("ModelSummary", "RichModelSummary") for k in type(cb).__mro__)
+        return [isinstance(cb, Checkpoint), isinstance(cb, Timer), _is_bar(cb), summary, True].index(True)
+
+    given.extend(sorted((cb for cb in built if id(cb) not in known), key=lightning_order))
 
 
 def merge_model_callbacks(callbacks: list[Any], model: Any) -> list[Any]:

@@ -139,6 +139,8 @@ class LoopState:
     batch_counts: dict[str, list[int | float]] = field(default_factory=dict)
     # The checkpoint this run resumed (or loaded weights) from: ModelCheckpoint never deletes it.
     ckpt_path: str | None = None
+    # the program set trainer.ckpt_path itself: runs given no ckpt_path load it (checkpoint_paths.program_ckpt_path)
+    ckpt_user_managed: bool = False
     # fit(ckpt_path=...) named by the program without Trainer(exact_resume=True): resumed as Lightning
     # resumes (checkpointing.restore_checkpoint); trainmesh's automatic resume continues exactly
     named_resume: bool = False

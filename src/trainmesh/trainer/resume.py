@@ -280,6 +280,7 @@ class StageCheckpoints:
         from trainmesh.trainer.checkpointing import restore_checkpoint
 
         if ckpt_path is None:
+            self.state.ckpt_path = None  # Lightning's trainer.ckpt_path after a run that loaded none
             return
         read = functools.partial(self.read, with_optimizers=False)
         source, checkpoint = read_weights_checkpoint(self.trainer, self.runtime, ckpt_path, read, self.places)

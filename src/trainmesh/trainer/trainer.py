@@ -21,6 +21,7 @@ from trainmesh.trainer.checkpoint_paths import (
     clear_interrupted_saves,
     evaluation_ckpt_path,
     evaluation_places,
+    program_ckpt_path,
     save_arguments,
 )
 from trainmesh.trainer.checkpointing import write_checkpoint
@@ -30,6 +31,7 @@ from trainmesh.trainer.construction import (
     build_callbacks,
     build_loggers,
     build_runtime,
+    extend_users_list,
     with_accumulation_scheduler,
 )
 from trainmesh.trainer.construction_lines import said_once_per_run
@@ -170,6 +172,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.overfit_batches = whole_count(overfit_batches)  # fit's loaders in order, limited (overfit.py)
         limit_train_batches, limit_val_batches = overfit_limits(overfit_batches, limit_train_batches, limit_val_batches)
         max_epochs_given = max_epochs is not None  # trainer.max_epochs reads None until a fit settles it
+        users_list = callbacks  # Lightning adds its callbacks to a list given (extend_users_list)
         callbacks, max_epochs = with_max_time(callbacks, max_time, max_epochs, max_steps)  # callbacks/timer.py
         accumulate_grad_batches, scheduling = accumulation_argument(callbacks, accumulate_grad_batches)  # 1.x's dict
         # the loop's settings are the arguments of check_loop_settings' names (max_epochs and the two
@@ -185,6 +188,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         self.callbacks = build_callbacks(callbacks, loop, **bars, enable_checkpointing=enable_checkpointing)
         if scheduling is not None or self._lightning1.spelled:  # 1.9.5's in every Trainer (lightning1/accumulation.py)
             self.callbacks = with_accumulation_scheduler(self.callbacks, scheduling or accumulate_grad_batches)
+        # after the scheduler: 1.9.5 appends it to the program's list too, after the summary
+        extend_users_list(users_list, self.callbacks)
         # loop_state.py: the properties below read it
         self._state = self._new_loop_state()
         construction.log_device_info(self.runtime)  # Lightning's "GPU available: ..." lines, last as its
@@ -213,6 +218,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
         refuse_several_processes(self, self.runtime)  # the finder callbacks search inside the fit (finder_runs.py)
         data = DataSource.for_fit(model, train_dataloaders, val_dataloaders, datamodule)
         data = for_overfit(data, self.overfit_batches)
+        ckpt_path = program_ckpt_path(self._state, ckpt_path)[0]  # a trainer.ckpt_path the program set
         ckpt_path = construction.lightning_one_fit(self, data, ckpt_path)  # Lightning 1.x's (lightning1/)
         self._launch("fit", model, data, ckpt_path, weights_only)
 
@@ -251,7 +257,7 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     ) -> Any:
         """Run ``predict_step`` over the data; returns the outputs (a list per dataloader), or None
         with ``return_predictions=False`` (Lightning's arguments, in its order)."""
-        ckpt_path = evaluation_ckpt_path(self, "predict", model, ckpt_path)
+        ckpt_path = self._evaluation_ckpt_path("predict", model, ckpt_path)
         model = self._model_or_last(model, "predict")
         data = DataSource.for_stage("predict", model, dataloaders, datamodule)
         self._state.predict_loop.return_predictions = return_predictions  # decided (and refused) there
@@ -299,13 +305,17 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
     def _evaluate(
         self, stage: str, model: Any, dataloaders: Any, datamodule: Any, ckpt: tuple[Any, Any], verbose: bool
     ) -> list[dict[str, float]]:
-        ckpt = (evaluation_ckpt_path(self, stage, model, ckpt[0]), ckpt[1])
+        ckpt = (self._evaluation_ckpt_path(stage, model, ckpt[0]), ckpt[1])
         model = self._model_or_last(model, stage)
         data = DataSource.for_stage(stage, model, dataloaders, datamodule)
         results: list[dict[str, float]] = self._launch(stage, model, data, *ckpt)
         if verbose and self.is_global_zero:
             print_results(stage, results)
         return results
+
+    def _evaluation_ckpt_path(self, stage: str, model: Any, ckpt_path: Any) -> Any:
+        ckpt_path, programs = program_ckpt_path(self._state, ckpt_path)  # a trainer.ckpt_path the program set
+        return ckpt_path if programs else evaluation_ckpt_path(self, stage, model, ckpt_path)
 
     def _launch(
         self, stage: str, model: Any, data: DataSource, ckpt_path: str | None, weights_only: bool | None = None

@@ -120,13 +120,23 @@ class TrainerFields(LightningMembers):
     val_loader_batches: StateField[int | float] = StateField("_state")
     test_loader_batches: StateField[int | float] = StateField("_state")
     predict_loader_batches: StateField[int | float] = StateField("_state")
-    ckpt_path: StateField[str | None] = StateField("_state")
     epoch_metrics: StateField[dict[str, float]] = StateField("_state")
     train_results: StateField[Any] = StateField("_state")
     loop: StateField[LoopPosition] = StateField("_state")
     module: StateField[Any] = StateField("_state")
     model: StateField[Any] = StateField("_state")
     datamodule: StateField[Any] = StateField("_state")
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the last fit/validate/test/predict loaded (None: none), or the one the program set."""
+        path: str | None = self._state.ckpt_path
+        return path
+
+    @ckpt_path.setter
+    def ckpt_path(self, ckpt_path: str | None) -> None:
+        """Lightning 2.6's setter: the runs after it given no ``ckpt_path`` load this one, until set to None."""
+        self._state.ckpt_path, self._state.ckpt_user_managed = ckpt_path, bool(ckpt_path)
 
     @property
     def _named_resume(self) -> bool:
