@@ -43,6 +43,35 @@ def test_a_model_the_workers_built_is_built_and_trained_in_the_launching_process
     ]
 
 
+def test_a_loader_s_generator_goes_on_from_where_rank_0_s_fit_left_it():
+    """A DataLoader(shuffle=True, generator=g) travels to ddp_spawn's workers pickled; their fit moves their
+    copies of g (each epoch's permutation, each iterator's seed). Before, the launching process's g stayed where
+    it was, so a second fit drew the first fit's orders again: a user's loader fitted twice under ddp_spawn at
+    2 x 16 was 6.4e-2 (weights) / 9.2e-2 (History) from Keras' own two fits at 32, silently. Now the workers send
+    g's state back and the launching process's g takes it, as one process's fit leaves it."""
+    import pickle
+
+    from trainmesh.keras.arguments import adopt_fit, data_generators, fit_result
+
+    def loader():
+        generator = torch.Generator()
+        generator.manual_seed(7)
+        data = torch.utils.data.TensorDataset(torch.rand(24, 5), torch.zeros(24, 1))
+        return torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, generator=generator)
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    parent = loader()
+    worker = pickle.loads(pickle.dumps(parent))  # the copy a spawned worker unpickles
+    history = model.fit(worker, epochs=2, verbose=0)
+    initial = parent.generator.get_state()
+    assert data_generators(parent) == [parent.generator]  # the loader's and its sampler's: one object
+    adopt_fit(model, fit_result(model, history, data_generators(worker)), generators=data_generators(parent))
+    assert torch.equal(parent.generator.get_state(), worker.generator.get_state())
+    assert not torch.equal(parent.generator.get_state(), initial)
+
+
 def test_a_model_not_built_yet_arrives_with_the_launching_process_s_initializer_seeds():
     """ddp_spawn's workers rebuild the model from its config, and Keras draws each unseeded initializer's
     seed from Python's generator when the layer is made: a model only ``fit`` builds (no ``Input``) was

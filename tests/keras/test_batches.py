@@ -143,3 +143,46 @@ def test_a_loader_with_a_generator_read_as_keras_fit_reads_it_moves_g_as_one_pro
         width = min(len(order), 8) if epoch == 0 else len(order)
         assert merged == [order[:width][0::2], order[:width][1::2]], epoch
     assert all(torch.equal(s.sampler.generator.get_state(), one.generator.get_state()) for s in shards)
+
+
+class Drawn(torch.utils.data.Sampler):
+    """A sampler of a user's own: each index drawn from its own generator as it is read."""
+
+    def __init__(self, samples):
+        self.samples, self.generator = samples, seeded()
+
+    def __iter__(self):
+        for _ in range(self.samples):
+            yield int(torch.randint(self.samples, (), generator=self.generator))
+
+    def __len__(self):
+        return self.samples
+
+
+@pytest.mark.parametrize(("samples", "drop_last"), [(40, False), (37, False), (37, True)])
+def test_a_sampler_of_the_user_s_own_is_read_as_one_process_reads_it(samples, drop_last):
+    """Keras' fit peeks one batch, then reads len(loader) batches per epoch. Each rank reads its positions of
+    every global batch of the order one process's sampler draws, pulled as one process pulls it, no index
+    repeated. Before, torch's DistributedSampler recipe read the whole sampler at once and padded the shares
+    (37: the first index read twice; a user's program of 337 samples 1.8e-2 from Keras' fit at 32, silently)."""
+    import itertools
+
+    from trainmesh.keras.batches import split_batches
+
+    def reads(reader, epochs=2):
+        first = [int(i) for i in next(iter(reader))[0][:, 0]]
+        rest = [
+            [int(i) for batch in itertools.islice(reader, len(reader)) for i in batch[0][:, 0]] for _ in range(epochs)
+        ]
+        return [first, *rest]
+
+    one = loader(samples, 8, sampler=Drawn(samples), drop_last=drop_last)
+    shards = [
+        split_batches(loader(samples, 4, sampler=Drawn(samples), drop_last=drop_last), Runtime(r), train=True)
+        for r in (0, 1)
+    ]
+    ranks = [reads(shard) for shard in shards]
+    for epoch, order in enumerate(reads(one)):
+        width = min(len(order), 8) if epoch == 0 else len(order)
+        assert [ranks[0][epoch], ranks[1][epoch]] == [order[:width][0::2], order[:width][1::2]], epoch
+    assert all(torch.equal(s.sampler.sampler.generator.get_state(), one.sampler.generator.get_state()) for s in shards)

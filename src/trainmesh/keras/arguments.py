@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,6 +219,7 @@ class FitResult:
     build_config: dict[str, Any] | None = None  # how the worker's fit built the model (Keras' own record)
     # torch's, numpy's and Python's generators where rank 0's fit left them: where one process's would be
     states: dict[str, Any] | None = None
+    generators: list[torch.Tensor] = field(default_factory=list)  # data_generators' states after rank 0's fit
 
 
 @dataclass
@@ -278,7 +280,24 @@ def assign_values(variables: Any, values: list[Any]) -> None:
         variable.assign(value)
 
 
-def fit_result(model: Any, history: Any) -> FitResult:
+def data_generators(*values: Any) -> list[torch.Generator]:
+    """The ``torch.Generator``s that DataLoaders among ``values`` draw from (the loader's ``generator=``, one
+    its sampler or batch sampler holds), in the order found. A spawned or forked worker's fit moves its copies
+    of them as one process's fit moves the program's (its shuffles, each iterator's seed); the launching
+    process's take their states back from rank 0's (adopt_fit), so that a later fit reads on from there."""
+    from torch.utils.data import DataLoader
+
+    found: dict[int, torch.Generator] = {}
+    for value in values:
+        owners = (value, value.sampler, value.batch_sampler) if isinstance(value, DataLoader) else ()
+        for owner in owners:
+            for item in vars(owner).values() if hasattr(owner, "__dict__") else ():
+                if isinstance(item, torch.Generator):
+                    found.setdefault(id(item), item)
+    return list(found.values())
+
+
+def fit_result(model: Any, history: Any, generators: list[torch.Generator] | None = None) -> FitResult:
     optimizer = model.optimizer
     return FitResult(
         dict(history.history),
@@ -288,6 +307,7 @@ def fit_result(model: Any, history: Any) -> FitResult:
         [np.array(v.numpy()) for v in optimizer.variables] if optimizer is not None and optimizer.built else [],
         plain(model.get_build_config()),
         random_states(),
+        [generator.get_state() for generator in generators or []],
     )
 
 
@@ -302,14 +322,24 @@ def plain(value: Any) -> Any:
     return value
 
 
-def adopt_fit(model: Any, result: Any, data: tuple[Any, Any, Any] = (None, None, None)) -> Any:
+def adopt_fit(
+    model: Any,
+    result: Any,
+    data: tuple[Any, Any, Any] = (None, None, None),
+    generators: Sequence[torch.Generator] = (),
+) -> Any:
     """In the parent of spawned workers: the user's model takes rank 0's trained variables, and its compiled
     metrics and loss are built from ``data``'s first samples' specs (``(x, y, sample_weight)``), as Keras'
     own fit leaves them built: a second spawned fit's workers then build them from specs too, where
     unbuilt each iterated a batch of its data, drawing a DataLoader seed one process does not (a second
-    ddp_spawn fit trained 1.6e-2 apart from Keras' own second fit, silently)."""
+    ddp_spawn fit trained 1.6e-2 apart from Keras' own second fit, silently). ``generators`` (the call's
+    data_generators) take rank 0's states: before, a DataLoader(shuffle=True, generator=g) fitted again
+    after a ddp_spawn fit drew the first fit's orders again, where one process's g had moved on."""
     if not isinstance(result, FitResult):
         return result
+    if len(generators) == len(result.generators):
+        for generator, state in zip(generators, result.generators, strict=True):
+            generator.set_state(state)
     keras = require_keras()
     if not model.built and result.build_config:  # built by the workers' fit (a Sequential without an Input)
         model.build_from_config(result.build_config)

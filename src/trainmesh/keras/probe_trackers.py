@@ -62,18 +62,24 @@ def _result(metric: Any, state: list[torch.Tensor]) -> torch.Tensor:
 def refuse_differing(  # noqa: PLR0913 -- the runs' states
     metrics: list[Any], start: States, whole: States, halves: list[States], limit: float, step: str = "train_step"
 ) -> None:
-    """Raise :class:`TrackerDiffers` for the first metric whose halves' merged state (summed, less ``start``)
-    reads a ``result()`` other than the whole batch's by more than ``limit`` of its size. The metrics'
-    variables are left at some run's state: the probe restores them after."""
+    """Raise :class:`TrackerDiffers` for the first metric whose halves' merged state reads a ``result()`` other
+    than the whole batch's by more than ``limit`` of its size. Each run's update (its state less ``start``) is
+    read from the metric's reset state, as the run's processes sum theirs from the state Keras resets at each
+    epoch's start: the whole batch's, and the halves' summed. Before, from ``start``: the probe run again at the
+    first epoch's end (probe_callback.py) found the epoch's states there, counted them twice in the halves', and
+    refused a tracker of the batch's mean loss after an epoch (4.2571 against 4.34561). The metrics' variables
+    are left at some run's state: the probe restores them after."""
     first, second = halves
     for metric, s0, w, h1, h2 in zip(metrics, start, whole, first, second, strict=True):
         if len({len(s0), len(w), len(h1), len(h2)}) > 1:
             continue  # variables made at its first update: not compared
         if all(torch.equal(a, b) for a, b in zip(s0, w, strict=True)):
             continue  # the step does not update it
-        merged = [a + b - c for a, b, c in zip(h1, h2, s0, strict=True)]
+        fresh = _fresh(metric)
+        updated = [f + (a - c) for f, a, c in zip(fresh, w, s0, strict=True)]
+        merged = [f + (a - c) + (b - c) for f, a, b, c in zip(fresh, h1, h2, s0, strict=True)]
         try:
-            expected, found = _result(metric, w), _result(metric, merged)
+            expected, found = _result(metric, updated), _result(metric, merged)
         except Exception:  # noqa: BLE001 -- a result() the probe cannot read from a state: not compared
             continue
         if expected.shape != found.shape or not expected.numel():
@@ -81,6 +87,12 @@ def refuse_differing(  # noqa: PLR0913 -- the runs' states
         scale = max(float(expected.abs().max()), float(found.abs().max()), 1e-12)
         if float((expected - found).abs().max()) > limit * scale:
             raise TrackerDiffers(metric.name, expected, found, step)
+
+
+def _fresh(metric: Any) -> list[torch.Tensor]:
+    """The metric's variables as its ``reset_state()`` leaves them (the probe restores them after)."""
+    metric.reset_state()
+    return [v.value.detach().clone() for v in metric.variables]
 
 
 def refuse_test_step(model: Any, data: Any, limit: float) -> None:

@@ -108,7 +108,8 @@ def fit(
         call,
         gather,
     )
-    return arguments.adopt_fit(model, result, (x, y, fit_kwargs.get("sample_weight")))
+    generators = arguments.data_generators(x, fit_kwargs.get("validation_data"))
+    return arguments.adopt_fit(model, result, (x, y, fit_kwargs.get("sample_weight")), generators)
 
 
 def agree(runtime: Runtime, state: SyncState, model: Any, coupled: list[str]) -> None:
@@ -187,7 +188,7 @@ def _fit(  # noqa: PLR0913 -- what the launch hands every process
     preemption.finished()
     preemption.complete_history(history)
     if runtime.process.reports_to_parent:  # a spawned worker: what the parent's model needs, as plain values
-        return arguments.fit_result(model, history)
+        return arguments.fit_result(model, history, arguments.data_generators(whole, validation))
     return history
 
 
