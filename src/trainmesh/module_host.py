@@ -19,6 +19,7 @@ import torch
 
 from trainmesh import manual_calls
 from trainmesh.module_logging import check_metric_attribute, reduce_fx_name, warn_barebones, warn_no_trainer
+from trainmesh.utilities.apply_func import new_convert_to_tensors
 
 
 class ModuleHost(Protocol):
@@ -117,6 +118,9 @@ class TrainerHost:
         )
 
     def all_gather(self, module: Any, data: Any, group: Any, sync_grads: bool) -> Any:
+        # As Lightning's: numbers (and numpy arrays) in ``data`` become tensors on the module's device
+        # first (int32, float32, bool as uint8), so they come back gathered too, not as this rank's
+        data = new_convert_to_tensors(data, module.device)
         return module.trainer.runtime.all_gather(data, group=group, sync_grads=sync_grads, stack_alone=False)
 
 
