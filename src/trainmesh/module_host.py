@@ -19,6 +19,7 @@ import torch
 
 from trainmesh import manual_calls
 from trainmesh.module_logging import check_metric_attribute, reduce_fx_name, warn_barebones, warn_no_trainer
+from trainmesh.utilities.apply_func import new_convert_to_tensors
 
 
 class ModuleHost(Protocol):
@@ -62,10 +63,13 @@ class TrainerHost:
             return
         if options["reduce_fx"] != "mean":  # the default needs no check; this is the hot path of every step
             options["reduce_fx"] = reduce_fx_name(options["reduce_fx"])
-        if options.pop("sync_dist_group") is not None:
+        group = options.pop("sync_dist_group")
+        if group is not None and not module.trainer.runtime.holds_the_data_parallel_processes(group):
+            # A group of every process (torch's WORLD, new_group(all ranks)) reduces as None does
             raise ValueError(
                 f"self.log({name!r}, sync_dist_group=...): trainmesh syncs over every data-parallel process "
-                "only; use sync_dist=True without a group, or reduce over your group yourself before logging"
+                "only, and this group holds some of them; use sync_dist=True without a group, or reduce over "
+                "your group yourself before logging"
             )
         metric_attribute = options.pop("metric_attribute")
         if metric_attribute is None and not isinstance(value, (torch.Tensor, float, int)):
@@ -117,6 +121,9 @@ class TrainerHost:
         )
 
     def all_gather(self, module: Any, data: Any, group: Any, sync_grads: bool) -> Any:
+        # As Lightning's: numbers (and numpy arrays) in ``data`` become tensors on the module's device
+        # first (int32, float32, bool as uint8), so they come back gathered too, not as this rank's
+        data = new_convert_to_tensors(data, module.device)
         return module.trainer.runtime.all_gather(data, group=group, sync_grads=sync_grads, stack_alone=False)
 
 

@@ -30,7 +30,20 @@ class SyncedSteps:
         half = torch.tensor(1.0 + (rank == 0) * 2.0**-10, dtype=torch.float16)
         self.log("step_f16", half, on_step=True, on_epoch=False, sync_dist=True)
         self.log("step_bf16", half.bfloat16() * (rank + 1), on_step=True, on_epoch=False, sync_dist=True)
+        # a group holding every process (torch's WORLD, or new_group of both ranks) reduces as no group does
+        self.log("group_sum", 1.0 + rank, sync_dist=True, sync_dist_group=self.everyone, reduce_fx="sum", on_epoch=True)
+        self.log(
+            "world_max",
+            1.0 + rank,
+            on_step=True,
+            sync_dist=True,
+            sync_dist_group=torch.distributed.group.WORLD,
+            reduce_fx="max",
+        )
         return self.layer(batch[0]).pow(2).mean()
+
+    def setup(self, stage):
+        self.everyone = torch.distributed.new_group([0, 1])  # every rank creates it, as torch asks
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)

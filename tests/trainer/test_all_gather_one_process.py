@@ -4,6 +4,7 @@ Lightning and trainmesh and what ``all_gather`` returned is compared."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -25,6 +26,8 @@ def _gathered_shapes(framework) -> dict[str, object]:
                 seen["scalar"] = tuple(self.all_gather(torch.tensor(1.0)).shape)
                 nested = self.all_gather({"a": torch.ones(2), "n": 3}, sync_grads=True)
                 seen["nested"] = (tuple(nested["a"].shape), nested["n"])
+                numbers = self.all_gather({"i": 3, "f": 0.5, "b": True, "np": np.arange(2)})
+                seen["numbers"] = {k: (type(v).__name__, str(getattr(v, "dtype", None))) for k, v in numbers.items()}
             return torch.nn.functional.mse_loss(out, y)
 
         def configure_optimizers(self):
@@ -49,5 +52,12 @@ def test_all_gather_on_one_process_returns_what_lightning_returns() -> None:
     import trainmesh
 
     expected = _gathered_shapes(lightning)
+    numbers = expected.pop("numbers")
+    assert numbers == {  # Lightning's: numbers and numpy arrays become tensors before the gather
+        "i": ("Tensor", "torch.int32"),
+        "f": ("Tensor", "torch.float32"),
+        "b": ("Tensor", "torch.uint8"),
+        "np": ("Tensor", "torch.int64"),
+    }
     assert expected == {"tensor": (8, 1), "scalar": (), "nested": ((2,), 3)}  # Lightning's, as it is
-    assert _gathered_shapes(trainmesh) == expected
+    assert _gathered_shapes(trainmesh) == {**expected, "numbers": numbers}

@@ -9,7 +9,9 @@ A float16 / bfloat16 step value is reduced in float32, as Lightning's ``_ResultM
 before its sync (before: reduced in float16: 1 + 2**-10 and 1 gave 1.0 where Lightning gives 1.00048828125;
 found in /work/progs/l-ddp-progs4 g2, metrics.csv ``f16_step``).
 The same launch checks that what ``on_train_epoch_start`` / ``on_validation_epoch_start`` log is read in
-that epoch's ``on_*_epoch_end`` reduced as Lightning reduces it (before: the validation's was not there yet).
+that epoch's ``on_*_epoch_end`` reduced as Lightning reduces it (before: the validation's was not there yet),
+and that ``sync_dist_group`` holding every process (``new_group([0, 1])``, torch's ``group.WORLD``) reduces as
+Lightning's (before: refused; found in /work/progs/l-ddp-progs9 r3).
 
 Each framework's run (results_sync_dist_step_run.py) is a fork of the fork server (helpers/forked.py)
 whose Trainer runs ``ddp_fork``: the launcher ``ddp_spawn`` uses, with fork for spawn, in Lightning as in
@@ -51,6 +53,8 @@ def test_a_synced_step_value_is_reduced_with_its_reduce_fx(tmp_path):
     theirs = _metrics("lightning", tmp_path)
     assert theirs["step_sum"] == 3.0 and theirs["step_max"] == 2.0
     assert theirs["step_f16"] == 1.00048828125
+    # sync_dist_group of every process (a new_group of both ranks, torch's WORLD): before, trainmesh refused it
+    assert (theirs["group_sum_step"], theirs["group_sum_epoch"], theirs["world_max"]) == (3.0, 6.0, 2.0)
     # on_*_epoch_start's values in that epoch's on_*_epoch_end: synced where logged with sync_dist, else rank 0's
     assert (theirs["seen_opened_sum"], theirs["seen_val_opened"], theirs["seen_val_opened_own"]) == (3.0, 2.0, 1.0)
     assert _metrics("trainmesh", tmp_path) == theirs

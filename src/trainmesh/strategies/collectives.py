@@ -19,6 +19,18 @@ def _talks(mesh: ParallelMesh, axis: str) -> bool:
     return mesh.group_size(axis) > 1 and dist.is_available() and dist.is_initialized()
 
 
+def holds_the_axis(mesh: ParallelMesh, group: Any, over: str = "dp") -> bool:
+    """Whether the torch process ``group`` is made of exactly the processes along ``over`` (a
+    reduction over it is then the axis's own). False without a process group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    axis = mesh.group(over) if mesh.group_size(over) > 1 else None
+    if axis is None and mesh.group_size(over) != dist.get_world_size():
+        return False  # an axis of one process inside a larger world
+    axis_ranks = dist.get_process_group_ranks(axis) if axis is not None else range(dist.get_world_size())
+    return sorted(dist.get_process_group_ranks(group)) == sorted(axis_ranks)
+
+
 def reduce(mesh: ParallelMesh, value: torch.Tensor, op: str = "mean", *, over: str = "dp") -> torch.Tensor:
     """``value`` reduced over the processes along ``over``; every one of them gets the result.
 
