@@ -16,12 +16,17 @@ from trainmesh.launchers.environments import find_free_port
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def run_beside_lightning(script: Path, out: Path, *, lightning_ranks: int = 1) -> None:
+def run_beside_lightning(script: Path, out: Path, *, lightning_ranks: int = 1, lightning_starts: bool = True) -> None:
     """``script lightning|trainmesh <folder>`` under both frameworks; asserts both ended well.
-    ``lightning_ranks`` > 1: Lightning's ranks are that many forks with torchrun's variables
-    (helpers/forked.py's ``torchrun``), as ``torchrun --nproc-per-node N script`` starts them, so
-    its ddp starts no new interpreter (5 CPU-s each): for a comparison of what the run computes,
-    whose Lightning launcher the test is not about."""
+
+    Two ways to run Lightning's ranks without its launcher starting a new interpreter (5 CPU-s
+    each: torch, Lightning and dynamo imported again), for a comparison of what the run computes:
+    ``lightning_ranks`` > 1: that many forks with torchrun's variables (helpers/forked.py's
+    ``torchrun``), as ``torchrun --nproc-per-node N script`` starts them (Lightning then reads a
+    TorchElasticEnvironment); ``lightning_starts=False``: 2 forks in one process group with
+    ``LOCAL_RANK`` set, its Trainer or Fabric finding its processes started while its cluster
+    environment stays the LightningEnvironment of a plain ddp run (what a program reading
+    ``trainer.strategy.cluster_environment`` or the launcher sees, as trainmesh's side)."""
     env = {k: v for k, v in os.environ.items() if k != "PL_GLOBAL_SEED"}
     env["PYTHONPATH"] = os.pathsep.join([SRC, env.get("PYTHONPATH", "")])
     # Lightning's ddp picks its own port, which a launch running beside it on the other xdist worker
@@ -29,8 +34,11 @@ def run_beside_lightning(script: Path, out: Path, *, lightning_ranks: int = 1) -
     env["MASTER_PORT"] = str(find_free_port())
     theirs = [str(script), "lightning", str(out / "lightning")]
     if can_fork():  # rank 0 a fork (torch imported); Lightning's ddp starts rank 1 as a new interpreter
-        torchrun = {"world": lightning_ranks, "torchrun": True} if lightning_ranks > 1 else {}
-        done = run_forked(script, theirs[1:], env=env, timeout=600, cwd=out, **torchrun)
+        if lightning_ranks > 1:
+            ranks: dict = {"world": lightning_ranks, "torchrun": True}
+        else:
+            ranks = {"world": 1 if lightning_starts else 2}
+        done = run_forked(script, theirs[1:], env=env, timeout=600, cwd=out, **ranks)
     else:
         done = run_program(theirs, timeout=600, cwd=out, env=env)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -15,5 +15,5 @@ def lightning_ddp(tmp_path_factory) -> Path:
     helpers/xdist_groups.py)."""
     pytest.importorskip("lightning.pytorch")
     out = tmp_path_factory.mktemp("lightning_ddp")
-    run_beside_lightning(Path(__file__).resolve().parent / "lightning_ddp_run.py", out, lightning_ranks=2)
+    run_beside_lightning(Path(__file__).resolve().parent / "lightning_ddp_run.py", out, lightning_starts=False)
     return out

@@ -8,9 +8,8 @@ lightning_ddp_run.py lightning|trainmesh OUT``. Each program's ``main`` writes u
 - ddp_program_run.py: test_differential_programs_more.py;
 - helpers/trainer_members_ddp.py: test_lightning_members_ddp.py.
 
-Each framework's run is 2 forks (helpers/beside_lightning.py, ``lightning_ranks=2``: Lightning's with
-torchrun's variables, trainmesh's in one process group): every Trainer finds its processes started, as
-under torchrun (run by
+Each framework's run is 2 forks in one process group (helpers/beside_lightning.py,
+``lightning_starts=False``): every Trainer finds its processes started, as under torchrun (run by
 Lightning's own launcher, the first fit starts the second process, which runs this script: the same
 programs in the same order). The order matters where a program reads the seed a process has before any
 ``seed_everything`` (the default sampler's, 0): evaluation_shares_run.py never seeds, and
