@@ -62,16 +62,13 @@ class StopCheck:
         """The loop reads ``trainer.should_stop`` to decide here (every rank passes the same places in the same
         order); ``where``: the user's line that set it. Raises :class:`ShouldStopOnSomeRanks` where this rank's
         flag is set and another rank went on without it."""
+        self.count += 1
         if not should_stop:
-            self.count += 1
             self._agreed = False
             return
         if self._store is None or self._agreed:  # one process, or still set after every rank stopped (min_epochs)
-            self.count += 1
             return
-        # announced before the count moves: this rank's watchdog thread, reading both, never takes it for gone on
-        self._announced = self.count + 1
-        self.count += 1
+        self._announced = self.count
         self._agreed = self._wait_for_all(self.count, where)
 
     def _wait_for_all(self, place: int, where: str) -> bool:
