@@ -341,7 +341,6 @@ COVERED_BY: dict[str, list[str]] = {
     "supervision/service.py": ["launchers/test_preemption.py", "trainer/test_watchdog.py"],
     "supervision/stall_report.py": ["trainer/test_watchdog.py"],
     "supervision/stop_agreement.py": ["launchers/test_preemption.py"],
-    "supervision/stop_check.py": ["trainer/test_watchdog.py"],
     "supervision/watchdog.py": ["trainer/test_watchdog.py"],
     "trainer/batch_counts.py": ["trainer/test_fit_loop.py"],
     "trainer/combined_loaders.py": [

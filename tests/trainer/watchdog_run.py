@@ -2,11 +2,10 @@
 slow in the ways the watchdog must let pass (a first step, a validation and a checkpoint save
 each longer than the timeout), and whose rank STUCK then sleeps forever in training_step.
 
-python watchdog_run.py ddp|single|should_stop OUT_DIR
+python watchdog_run.py ddp|single OUT_DIR
 
 ``ddp``: 2 workers (this script re-runs itself through the elastic agent), rank 1 sticks;
 ``single``: one process, which sticks. The stuck rank prints ``STALL <time.time()>`` first.
-``should_stop``: 2 workers, trainer.should_stop set on every rank, then on rank 1 only (``should_stop``).
 """
 
 import faulthandler
@@ -52,47 +51,12 @@ class SlowThenStuck(tm.Module):
         return torch.optim.SGD(self.parameters(), lr=1e-3)
 
 
-class StopsAt(tm.Module):
-    """Sets trainer.should_stop at batch 1 on ``ranks``."""
-
-    def __init__(self, ranks):
-        super().__init__()
-        self.ranks = ranks
-        self.net = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch, batch_idx):
-        if batch_idx == 1 and self.global_rank in self.ranks:
-            print(f"STALL {time.time()}", flush=True)
-            self.trainer.should_stop = True
-        x, y = batch
-        return F.mse_loss(self.net(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=1e-3)
-
-
-def should_stop(data):
-    """``should_stop``: 2 workers under the default watchdog_timeout; a fit every rank stops at batch 1 (it ends
-    as Lightning's, AGREED and its step printed), then one only rank 1 stops (the run ends, naming it)."""
-    for ranks in ((0, 1), (1,)):
-        trainer = tm.Trainer(
-            accelerator="cpu", strategy="ddp", devices=2, max_epochs=2, logger=False, enable_progress_bar=False
-        )
-        trainer.fit(StopsAt(ranks), DataLoader(data, batch_size=4))
-        if len(ranks) == 2:
-            print(f"AGREED {trainer.global_step}", flush=True)
-    print("FIT ENDED", flush=True)
-
-
 if __name__ == "__main__":
     # A last resort should the watchdog fail: no process of this leg lives past 100 s.
     faulthandler.dump_traceback_later(100, exit=True)
     mode, out = sys.argv[1], sys.argv[2]
     x = torch.randn(64, 4)
     data = TensorDataset(x, x.sum(1, keepdim=True))
-    if mode == "should_stop":
-        should_stop(data)
-        sys.exit(0)
     devices, stuck = (2, 1) if mode == "ddp" else (1, 0)
     trainer = tm.Trainer(
         accelerator="cpu",

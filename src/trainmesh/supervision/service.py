@@ -71,13 +71,6 @@ class Supervision:
         The watchdog's own ``feed``, so that a loop holding it makes one call per step."""
         return self._watchdog.feed
 
-    @property
-    def should_stop_read(self) -> Callable[[bool, str], None]:
-        """Call where the loop reads ``trainer.should_stop`` to decide (its value, and the user's line that set
-        it): a rank whose flag is set waits there for the others, and a run whose ranks disagree ends naming
-        them (``stop_check.py``; where the watchdog runs). A counter while the flag is unset."""
-        return self._watchdog.stops.passed
-
     def paused(self) -> AbstractContextManager[None]:
         """Stop the watchdog's clock for work that may legitimately take long (a checkpoint save)."""
         return self._watchdog.paused()

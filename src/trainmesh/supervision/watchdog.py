@@ -53,7 +53,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch.distributed as dist
 
-from trainmesh.supervision.stop_check import ShouldStopOnSomeRanks, StopCheck, report
 from trainmesh.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -129,7 +128,6 @@ class StepWatchdog:
         self._stopping = threading.Event()
         self._first_allowance = 0.0
         self._loop_thread = 0  # threading.get_ident() of the thread that runs the loop
-        self.stops = StopCheck()  # trainer.should_stop set on some ranks only (stop_check.py)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # ddp_spawn pickles the Trainer: the watch itself (thread, store) never travels.
@@ -170,7 +168,6 @@ class StepWatchdog:
             if self.timeout is None:
                 return
         self._channel = _RankChannel.open(watch)
-        self.stops.open(watch=watch)
         _warn_if_group_times_out_first(self.timeout, group_timeout)
         self._first_allowance = _first_step_allowance(self.timeout, group_timeout)
         self._loop_thread = threading.get_ident()
@@ -184,7 +181,6 @@ class StepWatchdog:
         if thread is None:
             return
         self._stopping.set()
-        self.stops.close()
         if self._ending:
             # The watchdog is ending this process. The training thread gets here when a stuck
             # peer's exit breaks its collective; going on would report that error (and exit)
@@ -204,12 +200,6 @@ class StepWatchdog:
             if stalled or (self._channel is not None and self._channel.alarm_raised()):
                 self._end_run(stalled=stalled)
                 return
-            if self._channel is not None and (text := self.stops.went_on_message(self._channel.store)) is not None:
-                # this rank's training thread waits in a collective the ranks that stopped never join
-                self._ending = True
-                if not record_for_agent(text, ShouldStopOnSomeRanks):
-                    report(text)
-                end_process(1)
 
     def _end_run(self, *, stalled: bool) -> None:
         from trainmesh.supervision.stall_report import EXIT_STATUS  # imported by start()
@@ -390,16 +380,16 @@ def _has_fileno(stream: Any) -> bool:
     return True
 
 
-def record_for_agent(message: str, kind: type[Exception] = StuckRankError) -> bool:
-    """Put the verdict in this worker's elastic error file, which the agent reports (as a ``kind``);
-    False when this process has no elastic agent."""
+def record_for_agent(message: str) -> bool:
+    """Put the verdict in this worker's elastic error file, which the agent reports; False
+    when this process has no elastic agent."""
     if "TORCHELASTIC_ERROR_FILE" not in os.environ:
         return False
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
     try:
-        raise kind(message)
-    except kind as error:  # raised so that the handler's traceback is not empty
+        raise StuckRankError(message)
+    except StuckRankError as error:  # raised so that the handler's traceback is not empty
         ErrorHandler().record_exception(error)
     return True
 

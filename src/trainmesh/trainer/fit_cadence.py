@@ -108,8 +108,6 @@ def stop_after_batch(ctx: LoopContext, *, is_last: bool) -> bool | None:
     are left: right after an optimizer step, so no gradients are pending), or a stop asked that
     may end it now (False); None to go on."""
     state, max_steps = ctx.state, ctx.settings.max_steps
-    # every rank's flag alike (a validation's hooks may have set it), or the run ends naming them (supervision/)
-    ctx.runtime.supervision.should_stop_read(state.should_stop, state.should_stop_set_at)
     if max_steps != -1 and state.global_step >= max_steps:
         return not is_last
     if state.should_stop and can_stop_early(ctx):

@@ -78,10 +78,7 @@ def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None
     with ctx.runtime.supervision.watching(processes=ctx.runtime.world_size):  # supervision/watchdog.py
         try:
             run_epoch = profiled_call(_run_epoch, ctx.profiler, "run_training_epoch")
-            stop_read = ctx.runtime.supervision.should_stop_read  # on_train_start's or the epoch's end's flag
-            while not (
-                stop_read(state.should_stop, state.should_stop_set_at) or fit_done(state, fit_limits(ctx), say=True)
-            ):
+            while not fit_done(state, fit_limits(ctx), say=True):
                 if opened is None and fit_data.train_reload_due():  # reload_dataloaders_every_n_epochs
                     train_loader = fit_data.train_loader(reload=True)
                     # Lightning's setup_data warns again for each reloaded loader's count

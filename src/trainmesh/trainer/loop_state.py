@@ -124,7 +124,6 @@ class LoopState:
     current_epoch: int = 0
     global_step: int = 0
     should_stop: bool = False
-    should_stop_set_at: str = ""  # the user's line that set trainer.should_stop (trainer_fields.py), for a message
     trainer_state: TrainerState = field(default_factory=TrainerState)  # Lightning's trainer.state (states.py)
     stage_before_check: RunningStage | None = None  # the stage the sanity check returns to
     num_training_batches: int | float = math.inf  # Lightning's before a fit counts its loader

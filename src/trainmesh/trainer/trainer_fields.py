@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from typing import Any
 
 from trainmesh.runtime_optimizer import inner_optimizer
@@ -102,20 +101,7 @@ class TrainerFields(LightningMembers):
     stage: StateField[str | None] = StateField("_state")
     current_epoch: StateField[int] = StateField("_state")
     global_step: StateField[int] = StateField("_state")
-
-    @property
-    def should_stop(self) -> bool:
-        """Lightning's: set True to end the fit after the current step (every rank alike: ranks that disagree
-        end the run, naming where it was set: supervision/stop_check.py)."""
-        return bool(self._state.should_stop)
-
-    @should_stop.setter
-    def should_stop(self, value: bool) -> None:
-        if value and not self._state.should_stop:
-            caller = sys._getframe(1)
-            self._state.should_stop_set_at = f"{caller.f_code.co_filename}:{caller.f_lineno} in {caller.f_code.co_name}"
-        self._state.should_stop = value
-
+    should_stop: StateField[bool] = StateField("_state")
     # num_training_batches: lightning_members.py (what a callback added to the loader's count with it)
     val_loader_batches: StateField[int | float] = StateField("_state")
     test_loader_batches: StateField[int | float] = StateField("_state")

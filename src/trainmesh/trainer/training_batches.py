@@ -39,7 +39,7 @@ def train_batches(
     # The Trainer's, read now: a callback may change it at the epoch's start (GradientAccumulationScheduler)
     accumulate, supervision = ctx.view.accumulate_grad_batches, runtime.supervision
     # Read once: called on every step (each lookup or wrapper would be a Python call per step).
-    step_done, stop_agreed, stop_read = supervision.step_done, supervision.stop_agreed, supervision.should_stop_read
+    step_done, stop_agreed = supervision.step_done, supervision.stop_agreed
     log_every = settings.log_every_n_steps
     shares_metrics = log_collector.metrics_source is not None  # only some ranks log (pipeline): end_step shares
     batch_hooks = TrainBatchHooks(hooks)
@@ -75,7 +75,6 @@ def train_batches(
             outputs = None if batch is None else batch_end_outputs(output, manual=manual, accumulate=accumulate)
             _batch_end(log_collector, at_batch_end, outputs, batch, batch_idx)
         progress.completed()
-        stop_read(state.should_stop, state.should_stop_set_at)  # every rank's alike, or the run ends (supervision/)
         # Lightning's should_update_logs (0: never); decided here, so that a step with neither makes no call.
         log_due = stepped and (log_every and (loop.batches_stepped + 1) % log_every == 0 or state.should_stop)
         if log_due or val_every is not None or loop.plateau_due:
