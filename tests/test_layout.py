@@ -269,7 +269,7 @@ COVERED_BY: dict[str, list[str]] = {
         "keras/test_keras_callbacks_ddp.py",
         "keras/test_keras_preemption.py",
     ],
-    "launchers/__init__.py": ["launchers/test_launch_processes.py"],
+    "launchers/__init__.py": ["launchers/test_launch_processes.py", "launchers/test_start_methods.py"],
     "launchers/base.py": ["launchers/test_environments.py"],
     "launchers/elastic.py": [
         "launchers/test_launch_processes.py",

@@ -59,7 +59,7 @@ class DDPStrategy(DistributedStrategy):
     """``Trainer(strategy=DDPStrategy(find_unused_parameters=True))`` for DDP's options.
 
     Args:
-        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
+        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"``, ``"fork"`` or ``"forkserver"`` (default ``'elastic'``; Lightning's ``"popen"`` is ``"elastic"``).
         find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a Trainer's run written for 1.x, Lightning 2.x's False for any other) (default ``None``).
         bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
         gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
@@ -256,7 +256,7 @@ class DDP2Strategy(DDPStrategy):
     batch), and DDP averages gradients across nodes.
 
     Args:
-        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
+        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"``, ``"fork"`` or ``"forkserver"`` (default ``'elastic'``; Lightning's ``"popen"`` is ``"elastic"``).
         find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a Trainer's run written for 1.x, Lightning 2.x's False for any other) (default ``None``).
         bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
         gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).
@@ -304,7 +304,7 @@ class ZeRO1Strategy(DDPStrategy):
     """``zero1``: DDP, with each rank keeping only its shard of the optimizer state (ZeRO stage 1).
 
     Args:
-        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
+        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"``, ``"fork"`` or ``"forkserver"`` (default ``'elastic'``; Lightning's ``"popen"`` is ``"elastic"``).
         find_unused_parameters: DDP's option: allow parameters that take no gradient in a step (None: pytorch-lightning 1.9.5's True for a Trainer's run written for 1.x, Lightning 2.x's False for any other) (default ``None``).
         bucket_cap_mb: DDP's gradient bucket size in MiB (None: DDP's 25) (default ``None``).
         gradient_as_bucket_view: DDP's option: gradients are views into the all-reduce buckets (default ``False``).

@@ -32,7 +32,7 @@ from trainmesh.strategies.sampling import shard_dataloader
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
-START_METHODS = ("elastic", "spawn", "fork")
+START_METHODS = ("elastic", "spawn", "fork", "forkserver")  # Lightning's "popen" is "elastic" (ddp.py)
 
 
 class DistributedStrategy(LightningStrategyFace):
@@ -61,7 +61,9 @@ class DistributedStrategy(LightningStrategyFace):
         placement: Placement | None = None,
     ) -> None:
         if start_method not in START_METHODS:
-            raise ValueError(f"start_method={start_method!r}; use 'elastic' (ddp), 'spawn' or 'fork'")
+            raise ValueError(
+                f"start_method={start_method!r}; use 'elastic' (ddp; Lightning's 'popen'), 'spawn', 'fork' or 'forkserver'"
+            )
         self.start_method = start_method
         self.timeout = timeout
         self._process_group_backend = process_group_backend

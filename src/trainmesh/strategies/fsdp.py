@@ -150,7 +150,7 @@ class FSDPStrategy(DistributedStrategy):
         activation_checkpointing: module classes whose activations are recomputed in backward (default ``None``).
         shard_size: shard within groups of this many processes, replicate across them (HSDP) (default ``None``).
         hybrid: HSDP with the shard group a node (default ``False``).
-        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"`` or ``"fork"`` (default ``'elastic'``).
+        start_method: how the processes start: ``"elastic"`` (the script re-run once per device by torch's elastic agent, as torchrun would), ``"spawn"``, ``"fork"`` or ``"forkserver"`` (default ``'elastic'``).
         timeout: the process group's timeout (a ``timedelta``) (default ``datetime.timedelta(seconds=1800)``).
         process_group_backend: ``"gloo"`` or ``"nccl"`` (None: nccl on CUDA, gloo otherwise) (default ``None``).
         placement: the devices and precision (set by the Trainer/Runtime; leave it None) (default ``None``).
