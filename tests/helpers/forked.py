@@ -96,6 +96,18 @@ def _fork_server() -> multiprocessing.context.BaseContext:
     return context
 
 
+def forkserver_strategy() -> object:
+    """``DDPStrategy(start_method="forkserver")`` (Lightning 2.6's name) with this process's fork
+    server preloading PRELOAD: for a ddp_spawn test about results, not about how spawn starts,
+    each worker is a fork of a process that imported torch and trainmesh once per test process,
+    not a new interpreter that imports them (about 5 CPU-s a worker). Set before the server's
+    first start; a server already running (started by _fork_server) has the same preload."""
+    from trainmesh.strategies import DDPStrategy
+
+    _fork_server()
+    return DDPStrategy(start_method="forkserver")
+
+
 def run_forked(
     program: Path,
     args: list[str],

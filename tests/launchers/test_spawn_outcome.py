@@ -30,6 +30,7 @@ from spawned_modules import OutcomeNet, OutcomeSteps, outcome_data
 from torch.utils.data import DataLoader
 
 import trainmesh as tm
+from helpers.forked import forkserver_strategy
 from helpers.lightning_order import GlobalBatches
 from trainmesh.callbacks import ModelCheckpoint
 from trainmesh.loggers import CSVLogger
@@ -96,7 +97,7 @@ def _fit_and_test(trainer_class, module_class, checkpoint_class, logger_class, s
 def test_spawned_fit_then_test_leaves_what_one_process_leaves(tmp_path):
     ours = _fit_and_test(
         tm.Trainer, OutcomeNet, ModelCheckpoint, CSVLogger, tm.seed_everything, tmp_path / "tm",
-        strategy="ddp_spawn", devices=2,
+        strategy=forkserver_strategy(), devices=2,  # workers forked; real spawn: test_launch_processes.py
     )  # fmt: skip
     from lightning.pytorch.callbacks import ModelCheckpoint as PlCheckpoint
     from lightning.pytorch.loggers import CSVLogger as PlCSVLogger
