@@ -23,6 +23,7 @@ from spawned_modules import EvaluationNet, EvaluationSteps, evaluation_data, eva
 from torch.utils.data import DistributedSampler
 
 import trainmesh as tm
+from helpers.forked import forkserver_strategy
 
 pl = pytest.importorskip("lightning.pytorch")
 
@@ -56,7 +57,8 @@ def lightning_value() -> float:
 
 @pytest.mark.slow
 def test_spawned_validation_with_a_batch_limit_reads_and_returns_what_lightning_does(tmp_path, lightning_value):
-    trainer = tm.Trainer(strategy="ddp_spawn", devices=2, **SETTINGS)
+    # ddp_spawn's launcher, workers forked (real spawn: test_launch_processes.py)
+    trainer = tm.Trainer(strategy=forkserver_strategy(), devices=2, **SETTINGS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         (metrics,) = trainer.validate(EvaluationNet(str(tmp_path)), verbose=False)
