@@ -64,7 +64,7 @@ class TrainerHost:
         if options["reduce_fx"] != "mean":  # the default needs no check; this is the hot path of every step
             options["reduce_fx"] = reduce_fx_name(options["reduce_fx"])
         group = options.pop("sync_dist_group")
-        if group is not None and not module.trainer.runtime.holds_the_data_parallel_processes(group):
+        if group is not None and not module.trainer.runtime.trainer_port.holds_the_data_parallel_processes(group):
             # A group of every process (torch's WORLD, new_group(all ranks)) reduces as None does
             raise ValueError(
                 f"self.log({name!r}, sync_dist_group=...): trainmesh syncs over every data-parallel process "

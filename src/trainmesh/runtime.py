@@ -383,10 +383,6 @@ class Runtime:
             self.mesh, value, over=over, group=group, sync_grads=sync_grads, stack_alone=stack_alone
         )
 
-    def holds_the_data_parallel_processes(self, group: Any) -> bool:
-        """Whether the torch process ``group`` is every data-parallel process (collectives.holds_the_axis)."""
-        return collectives.holds_the_axis(self.mesh, group)
-
     def all_gather_object(self, obj: Any) -> list[Any]:
         """A picklable object from every process, in rank order."""
         return collectives.all_gather_object(self.mesh, obj)

@@ -20,6 +20,7 @@ from torch import nn
 from trainmesh.launchers.base import Launcher, ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.seed import SeedSettings, seed_everything, seed_in_effect
+from trainmesh.strategies import collectives
 from trainmesh.strategies.lightning_face import serving
 from trainmesh.strategies.protocol import Strategy
 from trainmesh.utilities.lazy import is_instance
@@ -35,6 +36,9 @@ class _Host(Protocol):
     process: ProcessInfo
     launcher: Launcher
     _environment_ready: bool
+
+    @property
+    def mesh(self) -> Any: ...
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None: ...
     def _choose_strategy(self, module: nn.Module) -> None: ...
@@ -84,6 +88,11 @@ class TrainerPort:
         """The strategy's class ("SingleDeviceStrategy", "DDPStrategy", ...), as Lightning's profiler
         names the steps it runs (trainer/profiling.py)."""
         return type(self._runtime.strategy).__name__
+
+    def holds_the_data_parallel_processes(self, group: Any) -> bool:
+        """Whether the torch process ``group`` is every data-parallel process (``self.log``'s
+        ``sync_dist_group``: such a group reduces as no group does; collectives.holds_the_axis)."""
+        return collectives.holds_the_axis(self._runtime.mesh, group)
 
     @property
     def module_device_mesh(self) -> Any:

@@ -118,7 +118,14 @@ def epoch_end_logging_a_step_name(L, root):
 def test_a_1_x_epoch_end_logging_a_step_name_keeps_the_two_apart(tmp_path):
     found = run_both(epoch_end_logging_a_step_name, tmp_path)
     assert set(found["lightning"]["logged_metrics"]) == {"val_loss", "val_loss_epoch", "val_loss_step"}
-    assert differences(found["lightning"], found["trainmesh"]) == []
+    # trainmesh runs the 1.x spelling (validation_epoch_end) as a 1.x run, whose CSVLogger writes
+    # hparams.yaml at each save as 1.9.5's does (tests/trainer/lightning1/test_accumulation.py checks
+    # that against the 1.9.5 recording); Lightning 2.6 runs the 2.x spelling and writes none
+    ours = found["trainmesh"]
+    hparams = "lightning_logs/version_0/hparams.yaml"
+    assert hparams in ours["files"]
+    ours = {**ours, "files": [f for f in ours["files"] if f != hparams]}
+    assert differences(found["lightning"], ours) == []
 
 
 @pytest.mark.parametrize("strategy", ["auto", "ddp", "ddp_spawn", "dp"])
