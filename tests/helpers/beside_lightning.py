@@ -16,12 +16,16 @@ from trainmesh.launchers.environments import find_free_port
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def run_beside_lightning(script: Path, out: Path, *, lightning_ranks: int = 1) -> None:
+def run_beside_lightning(
+    script: Path, out: Path, *, lightning_ranks: int = 1, imports: tuple[str, ...] = ("lightning.pytorch",)
+) -> None:
     """``script lightning|trainmesh <folder>`` under both frameworks; asserts both ended well.
     ``lightning_ranks`` > 1: Lightning's ranks are that many forks with torchrun's variables
     (helpers/forked.py's ``torchrun``), as ``torchrun --nproc-per-node N script`` starts them, so
     its ddp starts no new interpreter (5 CPU-s each): for a comparison of what the run computes,
-    whose Lightning launcher the test is not about."""
+    whose Lightning launcher the test is not about; the ``imports`` the script makes under Lightning
+    (``lightning.pytorch``, ``lightning.fabric``) are made once before those forks (helpers/forked.py's
+    ``preload``: 2.6 CPU-s each), never in trainmesh's run."""
     env = {k: v for k, v in os.environ.items() if k != "PL_GLOBAL_SEED"}
     env["PYTHONPATH"] = os.pathsep.join([SRC, env.get("PYTHONPATH", "")])
     # Lightning's ddp picks its own port, which a launch running beside it on the other xdist worker
@@ -29,7 +33,7 @@ def run_beside_lightning(script: Path, out: Path, *, lightning_ranks: int = 1) -
     env["MASTER_PORT"] = str(find_free_port())
     theirs = [str(script), "lightning", str(out / "lightning")]
     if can_fork():  # rank 0 a fork (torch imported); Lightning's ddp starts rank 1 as a new interpreter
-        torchrun = {"world": lightning_ranks, "torchrun": True} if lightning_ranks > 1 else {}
+        torchrun = {"world": lightning_ranks, "torchrun": True, "preload": imports} if lightning_ranks > 1 else {}
         done = run_forked(script, theirs[1:], env=env, timeout=600, cwd=out, **torchrun)
     else:
         done = run_program(theirs, timeout=600, cwd=out, env=env)
