@@ -21,10 +21,11 @@ def test_batch_norm_epoch_under_ddp_as_lightnings(tmp_path):
     script = Path(__file__).parent / "swa_batch_norm_ddp_run.py"
     for name in ("lightning", "trainmesh"):
         if can_fork():  # both on 2 forks in one process group (as helpers/beside_lightning.py runs trainmesh's):
-            # Lightning's Trainer finds its processes started (LOCAL_RANK set, as under torchrun)
-            done = run_forked(
-                script, [name, str(tmp_path / name)], env=dict(os.environ), timeout=600, cwd=tmp_path, world=2
-            )
+            # Lightning's Trainer finds its processes started (LOCAL_RANK set, as under torchrun); Lightning
+            # imported once before the 2 forks (helpers/forked.py's preload), never in trainmesh's
+            preload = ("lightning.pytorch",) if name == "lightning" else ()
+            args = [name, str(tmp_path / name)]
+            done = run_forked(script, args, env=dict(os.environ), timeout=600, cwd=tmp_path, world=2, preload=preload)
         else:
             done = run_program([str(script), name, str(tmp_path / name)], timeout=600, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]

@@ -26,7 +26,7 @@ SCRIPT = Path(__file__).resolve().parent / "fabric_ddp_run.py"
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fabric_ddp")
-    run_beside_lightning(SCRIPT, folder, lightning_starts=False)
+    run_beside_lightning(SCRIPT, folder, lightning_ranks=2, imports=("lightning.fabric",))
     return folder
 
 

@@ -16,14 +16,23 @@ from trainmesh.launchers.environments import find_free_port
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def run_beside_lightning(script: Path, out: Path, *, lightning_ranks: int = 1, lightning_starts: bool = True) -> None:
+def run_beside_lightning(
+    script: Path,
+    out: Path,
+    *,
+    lightning_ranks: int = 1,
+    lightning_starts: bool = True,
+    imports: tuple[str, ...] = ("lightning.pytorch",),
+) -> None:
     """``script lightning|trainmesh <folder>`` under both frameworks; asserts both ended well.
 
     Two ways to run Lightning's ranks without its launcher starting a new interpreter (5 CPU-s
     each: torch, Lightning and dynamo imported again), for a comparison of what the run computes:
     ``lightning_ranks`` > 1: that many forks with torchrun's variables (helpers/forked.py's
     ``torchrun``), as ``torchrun --nproc-per-node N script`` starts them (Lightning then reads a
-    TorchElasticEnvironment); ``lightning_starts=False``: 2 forks in one process group with
+    TorchElasticEnvironment), the ``imports`` the script makes under Lightning (``lightning.pytorch``,
+    ``lightning.fabric``) made once before those forks (helpers/forked.py's ``preload``: 2.6 CPU-s
+    each), never in trainmesh's run; ``lightning_starts=False``: 2 forks in one process group with
     ``LOCAL_RANK`` set, its Trainer or Fabric finding its processes started while its cluster
     environment stays the LightningEnvironment of a plain ddp run (what a program reading
     ``trainer.strategy.cluster_environment`` or the launcher sees, as trainmesh's side)."""
@@ -35,7 +44,7 @@ def run_beside_lightning(script: Path, out: Path, *, lightning_ranks: int = 1, l
     theirs = [str(script), "lightning", str(out / "lightning")]
     if can_fork():  # rank 0 a fork (torch imported); Lightning's ddp starts rank 1 as a new interpreter
         if lightning_ranks > 1:
-            ranks: dict = {"world": lightning_ranks, "torchrun": True}
+            ranks: dict = {"world": lightning_ranks, "torchrun": True, "preload": imports}
         else:
             ranks = {"world": 1 if lightning_starts else 2}
         done = run_forked(script, theirs[1:], env=env, timeout=600, cwd=out, **ranks)

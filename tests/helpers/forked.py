@@ -117,6 +117,7 @@ def run_forked(
     cwd: Path | None = None,
     world: int = 1,
     torchrun: bool = False,
+    preload: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess:
     """As ``subprocess.run([sys.executable, PROGRAM, *ARGS], env=env, cwd=cwd, capture_output=True,
     text=True, timeout=timeout)`` with the program in a new session: on timeout the session
@@ -126,8 +127,11 @@ def run_forked(
     (for a program that does not test how they start). ``torchrun`` (world > 1): the ``world``
     forks get torchrun's variables and no process group, as ``torchrun --nproc-per-node WORLD``
     workers (another framework's run, Lightning's, which then starts none itself); the first rank
-    that fails stops the others, as torchrun's agent does."""
-    return start_forked(program, args, env=env, cwd=cwd, world=world, torchrun=torchrun).wait(timeout)
+    that fails stops the others, as torchrun's agent does. ``preload`` (world > 1): modules the
+    program imports (``lightning.pytorch``), imported once by the fork before it forks its ``world``
+    ranks (``_import_before_ranks``) instead of once in each rank."""
+    started = start_forked(program, args, env=env, cwd=cwd, world=world, torchrun=torchrun, preload=preload)
+    return started.wait(timeout)
 
 
 def start_forked(
@@ -138,11 +142,12 @@ def start_forked(
     cwd: Path | None = None,
     world: int = 1,
     torchrun: bool = False,
+    preload: tuple[str, ...] = (),
 ) -> Forked:
     """``run_forked`` without the wait, as ``subprocess.Popen`` is ``subprocess.run`` without it:
     for programs that run at once (replica groups that train together); ``Forked.wait`` collects
     one, ``Forked.kill`` stops one (its whole session) at once."""
-    return Forked(program, args, env=env, cwd=cwd, world=world, torchrun=torchrun)
+    return Forked(program, args, env=env, cwd=cwd, world=world, torchrun=torchrun, preload=preload)
 
 
 class Forked:
@@ -157,11 +162,12 @@ class Forked:
         cwd: Path | None,
         world: int,
         torchrun: bool = False,
+        preload: tuple[str, ...] = (),
     ) -> None:
         self.command = [sys.executable, str(program), *args]
         self._folder = tempfile.TemporaryDirectory(prefix="forked-")
         self._out, self._err = Path(self._folder.name, "stdout"), Path(self._folder.name, "stderr")
-        target_args = (str(program), args, env, cwd, self._out, self._err, world, torchrun)
+        target_args = (str(program), args, env, cwd, self._out, self._err, world, torchrun, preload)
         self._child = _fork_server().Process(target=_child, args=target_args)
         self._child.start()
 
@@ -203,7 +209,33 @@ class Forked:
         self._child.join()
 
 
+def _import_before_ranks(modules: tuple[str, ...], world: int) -> None:
+    """Import ``modules`` in the forked program's first process, with the program's environment,
+    before it forks its ranks: each rank then has them as a fork, not importing them again
+    (``lightning.pytorch``: 2.6 CPU-s in each rank). Not in the fork server, whose forks include
+    programs that must not have them (trainmesh's side, tests of what trainmesh imports). What the
+    import reads from a rank's own variables is read again in each rank (``_read_rank_again``)."""
+    if world < 2:  # one process: the program's own import costs the same
+        return
+    import importlib
+
+    for module in modules:
+        importlib.import_module(module)
+
+
+def _read_rank_again() -> None:
+    """What an import done before this rank had its variables (``_import_before_ranks``) read from
+    them, read again as the rank's own import would: Lightning's ``rank_zero_only.rank``
+    (lightning/fabric/utilities/rank_zero.py sets it at import from RANK, LOCAL_RANK, SLURM_PROCID
+    or JSM_NAMESPACE_RANK, else 0; a strategy sets it again at its setup), so that rank 1's
+    ``rank_zero_info`` before its Trainer's setup stays quiet there as under torchrun."""
+    if "lightning.fabric.utilities.rank_zero" in sys.modules:
+        rank_zero = sys.modules["lightning.fabric.utilities.rank_zero"]
+        rank_zero.rank_zero_only.rank = rank_zero._get_rank() or 0
+
+
 def _run_main(program: str) -> None:
+    _read_rank_again()
     try:
         runpy.run_path(program, run_name="__main__")
     except SystemExit as exit_:  # a worker's sys.exit(0) is a normal end, as a script's
@@ -265,6 +297,7 @@ def _child(
     err: Path,
     world: int,
     torchrun: bool = False,
+    preload: tuple[str, ...] = (),
 ) -> None:
     # Everything the fork server imported (torch, trainmesh, dynamo, DTensor ...: most of this heap)
     # out of the collector's reach: each full collection here, automatic or explicit (the fork
@@ -297,12 +330,14 @@ def _child(
             os.chdir(cwd)
         sys.argv = [str(program), *args]
         sys.path.insert(0, str(Path(program).parent))  # as the interpreter does for a script
+        _import_before_ranks(preload, world)
         if world > 1:
             import trainmesh as tm
 
             if not single_threaded():  # a fork would copy another thread's held locks: a random hang
                 raise RuntimeError(
                     f"the forked program has {len(os.listdir('/proc/self/task'))} threads before its workers fork"
+                    + (f" (after importing {', '.join(preload)}: give it OMP_NUM_THREADS=1)" if preload else "")
                 )
             if torchrun:
                 _run_as_torchrun(str(program), world)

@@ -133,9 +133,12 @@ def test_a_trainer_refuses_fabric_s_parallelize_fn_with_lightning_s_type_error(t
 
 
 RANKS_PROGRAM = """
-import os, time
+import os, sys, time
+imported = "lightning.pytorch" in sys.modules
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 print("RANK", os.environ["RANK"], "OF", os.environ["WORLD_SIZE"], "LOCAL", os.environ["LOCAL_RANK"],
       "ELASTIC", "TORCHELASTIC_RUN_ID" in os.environ, "PORT", os.environ["MASTER_PORT"], flush=True)
+print("RANK", os.environ["RANK"], "IMPORTED", imported, "RANK_ZERO_ONLY", rank_zero_only.rank, flush=True)
 if os.environ["RANK"] == "1":
     raise RuntimeError("planted failure in rank 1")
 time.sleep(600)  # rank 0 "waits in a collective" for a peer that is gone
@@ -145,16 +148,20 @@ time.sleep(600)  # rank 0 "waits in a collective" for a peer that is gone
 def test_lightning_s_forked_ranks_get_torchrun_s_variables_and_a_failing_rank_stops_the_others(tmp_path):
     """``run_beside_lightning(lightning_ranks=2)``'s ranks (helpers/forked.py's ``torchrun``): what
     torchrun gives its workers, and rank 1's failure ends rank 0 too, as torchrun's agent ends them
-    (not the 600 s rank 0 would wait)."""
+    (not the 600 s rank 0 would wait). Its ``preload``: each rank finds Lightning imported (once,
+    before the forks) and its ``rank_zero_only.rank`` its own RANK, as its own import would set it."""
     from helpers.forked import can_fork, run_forked
 
+    pytest.importorskip("lightning.pytorch")
     if not can_fork():
         pytest.skip("no fork server on this platform: run_beside_lightning runs Lightning's own launcher there")
     program = tmp_path / "ranks.py"
     program.write_text(RANKS_PROGRAM)
-    env = {"PATH": "/usr/bin:/bin", "MASTER_PORT": "29555"}
-    done = run_forked(program, [], env=env, timeout=240, cwd=tmp_path, world=2, torchrun=True)
+    env = {"PATH": "/usr/bin:/bin", "MASTER_PORT": "29555", "OMP_NUM_THREADS": "1"}  # as every test process
+    preload = ("lightning.pytorch",)
+    done = run_forked(program, [], env=env, timeout=240, cwd=tmp_path, world=2, torchrun=True, preload=preload)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "RuntimeError: planted failure in rank 1" in done.stderr
     for rank in (0, 1):
         assert f"RANK {rank} OF 2 LOCAL {rank} ELASTIC True PORT 29555" in done.stdout, done.stdout
+        assert f"RANK {rank} IMPORTED True RANK_ZERO_ONLY {rank}" in done.stdout, done.stdout
