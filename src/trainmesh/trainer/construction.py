@@ -283,8 +283,7 @@ def extend_users_list(given: Any, built: list[Any]) -> None:
     known = {id(cb) for cb in given}
 
     def lightning_order(cb: Any) -> int:
-        summary = any(k.__name__ in ("ModelSummary", "RichModelSummary") for k in type(cb).__mro__)
-        return [isinstance(cb, Checkpoint), isinstance(cb, Timer), _is_bar(cb), summary, True].index(True)
+        return [isinstance(cb, Checkpoint), isinstance(cb, Timer), _is_bar(cb), _is_summary(cb), True].index(True)
 
     given.extend(sorted((cb for cb in built if id(cb) not in known), key=lightning_order))
 
@@ -359,8 +358,7 @@ def default_bar_and_summary(given: list[Any], *, progress_bar: bool, summary: bo
         )
     if progress_bar and not bars:
         added.append(RichProgressBar() if rich else TQDMProgressBar())
-    summaries = ("ModelSummary", "RichModelSummary")  # Lightning's own classes given count too
-    given_summaries = [type(cb) for cb in given if any(klass.__name__ in summaries for klass in type(cb).__mro__)]
+    given_summaries = [type(cb) for cb in given if _is_summary(cb)]
     if summary and not given_summaries:
         added.append(RichModelSummary() if rich else ModelSummary())
     elif summary:  # Lightning's line (its _CallbackConnector._configure_model_summary_callback)
@@ -381,6 +379,12 @@ def _is_bar(callback: Any) -> bool:
     any ``ProgressBar``): the base, trainmesh's drawing bar under Lightning's names, found by class name."""
     bars = ("ProgressBar", "TQDMProgressBar", "RichProgressBar")
     return any(klass.__name__ in bars for klass in type(callback).__mro__)
+
+
+def _is_summary(callback: Any) -> bool:
+    """A model summary (``ModelSummary``, ``RichModelSummary``, a subclass; Lightning's own classes given count
+    too: found by class name)."""
+    return any(klass.__name__ in ("ModelSummary", "RichModelSummary") for klass in type(callback).__mro__)
 
 
 def log_device_info(runtime: Runtime) -> None:
