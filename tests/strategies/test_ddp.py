@@ -23,6 +23,7 @@ from ddp_run import Net, dataset  # noqa: E402
 from legs import run, weights  # noqa: E402
 
 from helpers.batches import Batches, LegFailed  # noqa: E402
+from helpers.forked import forkserver_strategy  # noqa: E402
 from helpers.models import quiet_trainer  # noqa: E402
 from trainmesh.launchers.environments import find_free_port  # noqa: E402
 
@@ -79,9 +80,12 @@ def test_ddp_is_bit_identical_to_the_handwritten_ddp_loop(legs, handwritten):
 
 
 def test_ddp_spawn_returns_the_trained_weights_to_the_parent(handwritten):
+    # ddp_spawn's launcher with its workers forks of the fork server (Lightning's "forkserver"
+    # start method): what comes back is the test, not how spawn starts a new interpreter (that:
+    # tests/launchers/test_launch_processes.py's spawn_run.py).
     model = Net()
     trainer = quiet_trainer(
-        strategy="ddp_spawn",
+        strategy=forkserver_strategy(),
         devices=2,
         max_epochs=2,
         enable_checkpointing=True,

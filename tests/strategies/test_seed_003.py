@@ -7,15 +7,14 @@
     by a CUDA test (skipped without two GPUs).
 (b) distributed model and data parallel: each machine holds the model split over its devices,
     the machines are replicas: ``Trainer(devices=2, num_nodes=2, strategy="pp_replicate")``,
-    run as two torchrun "nodes" on 127.0.0.1 with two processes each.
+    run as two torchrun "nodes" on 127.0.0.1 with two processes each (forks with torchrun's variables).
 Every run is compared with one process training the same model on the same global batches.
 """
 
 import os
-import signal
 import subprocess
 import sys
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,8 @@ sys.path.insert(0, str(HERE))
 
 import seed_003_run as run  # noqa: E402
 
-from helpers.forked import can_fork, start_forked  # noqa: E402
+from helpers.forked import can_fork, run_forked  # noqa: E402
+from helpers.processes import run_program  # noqa: E402
 
 STEPS = run.EPOCHS * 64 // run.GLOBAL_BATCH  # 8 optimizer steps
 VAL_BATCHES = run.EPOCHS * 32 // run.GLOBAL_BATCH  # 4 validation forwards
@@ -215,143 +215,44 @@ def test_layers_on_two_gpus_places_the_halves_and_trains_like_one_gpu():
 
 
 # ---- (b) distributed model and data parallel ------------------------------------------------
-class NodesFailed(AssertionError):
-    def __init__(self, message: str, logs: str) -> None:
-        super().__init__(f"{message}\n{logs[-6000:]}")
-        self.logs = logs
-
-
-def run_torchrun_nodes(leg: list[str], *, nodes: int, per_node: int, timeout: float, logs: Path) -> None:
-    """``nodes`` torchrun agents on 127.0.0.1, ``per_node`` workers each; every agent in its own
-    session, all killed (workers included) at ``timeout`` or soon after one of them fails."""
-    from trainmesh.launchers.environments import find_free_port
-
-    port = str(find_free_port())
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "RUN_TIMEOUT": str(int(timeout))}
-    started: list = []
-    files = []
-    for rank in range(nodes):
-        torchrun = ["--nnodes", str(nodes), "--nproc-per-node", str(per_node), "--node-rank", str(rank)]
-        torchrun += ["--master-addr", "127.0.0.1", "--master-port", port, str(HERE / "seed_003_run.py"), *leg]
-        if can_fork():
-            started.append(ForkedAgent(torchrun, env=env, log=logs / f"node{rank}.log"))
-            continue
-        log = open(logs / f"node{rank}.log", "w")
-        files.append(log)
-        started.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "torch.distributed.run", *torchrun],
-                cwd=HERE,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-    deadline, failed_at, timed_out = time.monotonic() + timeout, None, False
-    try:
-        while any(p.poll() is None for p in started):
-            now = time.monotonic()
-            if failed_at is None and any(p.returncode not in (None, 0) for p in started):
-                failed_at = now  # give the other agents a moment to notice and stop by themselves
-            timed_out = now > deadline
-            if timed_out or (failed_at is not None and now > failed_at + 20):
-                break
-            time.sleep(0.1)
-    finally:
-        stop(started)
-        for log in files:
-            log.close()
-        for agent in started:
-            if isinstance(agent, ForkedAgent):
-                agent.write_log()
-    text = "\n".join(f"==== node {rank}\n{(logs / f'node{rank}.log').read_text()}" for rank in range(nodes))
-    if timed_out:
-        raise NodesFailed(f"the torchrun nodes ran past {timeout}s and were killed", text)
-    if any(p.returncode != 0 for p in started):
-        raise NodesFailed(f"torchrun nodes exited with {[p.returncode for p in started]}", text)
-
-
-class ForkedAgent:
-    """A torchrun agent as a fork of the fork server (helpers/forked.py; legs.py's ``__main__`` is
-    ``python -m torch.distributed.run``), with the face of the ``Popen`` the loop above and stop()
-    use: the agent does not import torch again (2 CPU-s each); its workers are torchrun's new
-    interpreters all the same."""
-
-    def __init__(self, torchrun: list[str], *, env: dict[str, str], log: Path) -> None:
-        self.forked, self.log = start_forked(HERE / "legs.py", torchrun, env=env, cwd=HERE), log
-        self.pid = self.forked.pid
-        self.done: subprocess.CompletedProcess | None = None
-
-    @property
-    def returncode(self) -> int | None:
-        return self.forked.poll()
-
-    def poll(self) -> int | None:
-        return self.forked.poll()
-
-    def wait(self) -> None:
-        if self.done is None:
-            self.done = self.forked.wait(timeout=60)  # (stop() killed what still ran)
-
-    def write_log(self) -> None:
-        self.wait()
-        assert self.done is not None
-        self.log.write_text(self.done.stdout + self.done.stderr)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (torchrun's agent starts each worker in a session of its own,
-    so killing the agent's process group does not reach them)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def stop(agents: list[subprocess.Popen]) -> None:
-    """Stop the agents still running and every worker they started: SIGTERM (the agent stops its
-    workers), then after a few seconds SIGKILL to whatever is left."""
-    running = [p for p in agents if p.poll() is None]
-    if not running:
-        return
-    workers = [pid for p in running for pid in descendants(p.pid)]
-    for p in running:
-        os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(p.poll() is None for p in running):
-        time.sleep(0.1)
-    for pid in [p.pid for p in running if p.poll() is None] + workers:
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-    for p in running:
-        p.wait()
-
-
 @pytest.fixture(scope="module")
 def pp_replicate_runs(tmp_path_factory) -> dict[bool, list[dict]]:
-    """validate -> every rank's result: both fits in one launch of the two torchrun nodes (one
-    process group; the fit without validation first)."""
-    logs = tmp_path_factory.mktemp("pp_replicate")
-    out = logs / "pp_replicate.pt"
-    run_torchrun_nodes(["pp_replicate", str(out), "val=0,1"], nodes=2, per_node=2, timeout=300, logs=logs)
+    """validate -> every rank's result: both fits in one launch of two nodes (one process group;
+    the fit without validation first). The nodes' four workers are forks of the fork server with
+    the variables two torchrun agents of two workers each give theirs (helpers/forked.py's
+    ``torchrun`` with ``nodes=2``): the test is about where the ranks sit and what they compute,
+    not about how torchrun starts them (real torchrun nodes: test_ddp.py's ``torchrun_nodes``)."""
+    out = tmp_path_factory.mktemp("pp_replicate") / "pp_replicate.pt"
+    args = ["pp_replicate", str(out), "val=0,1"]
+    if can_fork():
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "RUN_TIMEOUT": "300"}
+        done = run_forked(
+            HERE / "seed_003_run.py", args, env=env, timeout=300, cwd=HERE, world=4, torchrun=True, nodes=2
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    else:  # no fork server: two real torchrun nodes of two workers each
+        run_torchrun_nodes(args, nodes=2, per_node=2, timeout=300)
     return {
         validate: [torch.load(f"{out}-val{int(validate)}.rank{rank}") for rank in range(4)]
         for validate in (False, True)
     }
+
+
+def run_torchrun_nodes(leg: list[str], *, nodes: int, per_node: int, timeout: float) -> None:
+    """``nodes`` torchrun agents on 127.0.0.1, ``per_node`` workers each, all at once."""
+    from trainmesh.launchers.environments import find_free_port
+
+    port = str(find_free_port())
+    env = {"RUN_TIMEOUT": str(int(timeout))}
+
+    def node(rank: int) -> subprocess.CompletedProcess:
+        torchrun = ["--nnodes", str(nodes), "--nproc-per-node", str(per_node), "--node-rank", str(rank)]
+        torchrun += ["--master-addr", "127.0.0.1", "--master-port", port, str(HERE / "seed_003_run.py"), *leg]
+        return run_program(["-m", "torch.distributed.run", *torchrun], timeout=timeout, env=env, cwd=HERE)
+
+    with ThreadPoolExecutor(nodes) as pool:  # each waits for the others at the rendezvous
+        for done in list(pool.map(node, range(nodes))):
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
 def assert_pipeline_within_each_node(ranks: list[dict]) -> None:
