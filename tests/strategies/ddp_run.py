@@ -612,7 +612,14 @@ def run_mode(argv: list[str]) -> None:
 if __name__ == "__main__":
     # Every leg (and worker re-running this script) prints its stacks and ends if it hangs.
     if sys.argv[1] == "--batch":  # several legs in one launch (helpers/batches.py), a watchdog each
+        import json
+
         from helpers.batches import run_batch
+
+        if any(argv[0] == "metrics" for argv, *_ in json.loads(open(sys.argv[2]).read())["legs"]):
+            # MetricsNet's torchmetrics, imported once here, before the workers fork (helpers/batches.py's
+            # fork_workers), not once in each of them (2.4 CPU-s a process); it starts no thread.
+            import torchmetrics  # noqa: F401
 
         run_batch(sys.argv[2], run_mode, limit=WATCHDOG_S)
     else:

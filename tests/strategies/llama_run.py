@@ -9,7 +9,9 @@ python llama_run.py --batch SPEC.json   (legs of one world size, one launch: tes
               embedding (pipeline_kwargs under pp); validation on the same kind of batches.
   start=PATH: load the "initial" weights a leg saved into the model before training.
   whole=1: the issue-23 model: tied embeddings, sequence 14, uneven ignore_index padding, the loss
-           summed over tokens with num_tokens (normalised by the global count), 7 steps.
+           summed over tokens with num_tokens (normalised by the global count), 7 steps, 2 layers (a
+           layer a pipeline stage; 4 cost test_llama_whole.py 37.7 CPU-s, 2 cost 28.2; test_llama_parallel.py
+           trains 4 under pp and tp).
 Rank 0 writes OUT: the whole model's weights at fit start and at the end, callback_metrics.
 The global batch is 8 samples in every layout.
 """
@@ -59,7 +61,7 @@ def run_leg(argv: list[str]) -> None:
     # whole=1: row r keeps (r * 5) % 14 + 1 targets, so batches of 8 repeat their padding every 7:
     # 7 steps see every placement of it over ranks and micro-batches (20 cost 3x the CPU for none new).
     steps = int(opts.get("steps", 7 if whole else 4))
-    config = LlamaConfig(seq_len=14, tie_embeddings=True) if whole else LlamaConfig()
+    config = LlamaConfig(seq_len=14, tie_embeddings=True, n_layers=2) if whole else LlamaConfig()
     torch.manual_seed(0)
     model = RecordedLlama(config, lr=1e-3, summed_loss=whole, build_in_configure_model=opts.get("build") == "meta")
     if "start" in opts:
