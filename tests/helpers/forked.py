@@ -118,6 +118,7 @@ def run_forked(
     world: int = 1,
     torchrun: bool = False,
     preload: tuple[str, ...] = (),
+    nodes: int = 1,
 ) -> subprocess.CompletedProcess:
     """As ``subprocess.run([sys.executable, PROGRAM, *ARGS], env=env, cwd=cwd, capture_output=True,
     text=True, timeout=timeout)`` with the program in a new session: on timeout the session
@@ -129,8 +130,13 @@ def run_forked(
     workers (another framework's run, Lightning's, which then starts none itself); the first rank
     that fails stops the others, as torchrun's agent does. ``preload`` (world > 1): modules the
     program imports (``lightning.pytorch``), imported once by the fork before it forks its ``world``
-    ranks (``_import_before_ranks``) instead of once in each rank."""
-    started = start_forked(program, args, env=env, cwd=cwd, world=world, torchrun=torchrun, preload=preload)
+    ranks (``_import_before_ranks``) instead of once in each rank. ``nodes`` (with ``torchrun``): the
+    variables of ``torchrun --nnodes NODES --nproc-per-node WORLD/NODES`` workers instead (their
+    node's LOCAL_RANK, GROUP_RANK and LOCAL_WORLD_SIZE), for a program about what many nodes train,
+    not about torchrun's rendezvous of agents (tests/strategies' two-node launches start real ones)."""
+    started = start_forked(
+        program, args, env=env, cwd=cwd, world=world, torchrun=torchrun, preload=preload, nodes=nodes
+    )
     return started.wait(timeout)
 
 
@@ -143,11 +149,12 @@ def start_forked(
     world: int = 1,
     torchrun: bool = False,
     preload: tuple[str, ...] = (),
+    nodes: int = 1,
 ) -> Forked:
     """``run_forked`` without the wait, as ``subprocess.Popen`` is ``subprocess.run`` without it:
     for programs that run at once (replica groups that train together); ``Forked.wait`` collects
     one, ``Forked.kill`` stops one (its whole session) at once."""
-    return Forked(program, args, env=env, cwd=cwd, world=world, torchrun=torchrun, preload=preload)
+    return Forked(program, args, env=env, cwd=cwd, world=world, torchrun=torchrun, preload=preload, nodes=nodes)
 
 
 class Forked:
@@ -163,11 +170,12 @@ class Forked:
         world: int,
         torchrun: bool = False,
         preload: tuple[str, ...] = (),
+        nodes: int = 1,
     ) -> None:
         self.command = [sys.executable, str(program), *args]
         self._folder = tempfile.TemporaryDirectory(prefix="forked-")
         self._out, self._err = Path(self._folder.name, "stdout"), Path(self._folder.name, "stderr")
-        target_args = (str(program), args, env, cwd, self._out, self._err, world, torchrun, preload)
+        target_args = (str(program), args, env, cwd, self._out, self._err, world, torchrun, preload, nodes)
         self._child = _fork_server().Process(target=_child, args=target_args)
         self._child.start()
 
@@ -243,25 +251,30 @@ def _run_main(program: str) -> None:
             raise
 
 
-def _run_as_torchrun(program: str, world: int) -> None:
+def _run_as_torchrun(program: str, world: int, nodes: int = 1) -> None:
     """``program``'s ``world`` ranks as forks of this process with the variables torchrun gives its
-    workers on one node; the first rank that fails stops the others (torchrun's agent does), and
+    workers on one node (``nodes`` > 1: on each of ``nodes`` nodes of ``world // nodes``); the first rank that fails stops the others (torchrun's agent does), and
     its exit status is this process's."""
     from trainmesh.launchers.environments import find_free_port
 
     port = os.environ.get("MASTER_PORT") or str(find_free_port())
+    if world % nodes:
+        raise ValueError(f"world={world} is not a whole number of processes on each of {nodes} nodes")
+    per_node = world // nodes
     ranks: dict[int, int] = {}
     for rank in range(world):
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
+                node, local = divmod(rank, per_node)
                 os.environ.update(
-                    {"RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank)}
+                    {"RANK": str(rank), "LOCAL_RANK": str(local), "GROUP_RANK": str(node), "ROLE_RANK": str(rank)}
                 )
                 os.environ.update(
-                    {"WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world), "ROLE_WORLD_SIZE": str(world)}
+                    {"WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(per_node), "ROLE_WORLD_SIZE": str(world)}
                 )
+                os.environ["GROUP_WORLD_SIZE"] = str(nodes)
                 os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "TORCHELASTIC_RUN_ID": "forked"})
                 _run_main(program)
                 code = 0
@@ -298,6 +311,7 @@ def _child(
     world: int,
     torchrun: bool = False,
     preload: tuple[str, ...] = (),
+    nodes: int = 1,
 ) -> None:
     # Everything the fork server imported (torch, trainmesh, dynamo, DTensor ...: most of this heap)
     # out of the collector's reach: each full collection here, automatic or explicit (the fork
@@ -340,7 +354,7 @@ def _child(
                     + (f" (after importing {', '.join(preload)}: give it OMP_NUM_THREADS=1)" if preload else "")
                 )
             if torchrun:
-                _run_as_torchrun(str(program), world)
+                _run_as_torchrun(str(program), world, nodes)
             else:
                 tm.Runtime(accelerator="cpu", strategy="ddp_fork", devices=world).launch(_run_main, str(program))
         else:
