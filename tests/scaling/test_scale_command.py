@@ -46,7 +46,7 @@ def test_scale_command_prints_table_with_mfu_and_verdict_and_writes_csv_json_png
         result = run_program(["-m", "trainmesh", *arguments], timeout=420, env=env, without=launcher)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    # The thread policy (run_program sets OMP_NUM_THREADS=1 to spare the shared machine), then each
+    # The thread policy (the test sets OMP_NUM_THREADS=1 to spare the shared machine), then each
     # N's load before and during, are printed.
     assert lines[0] == "threads: 1 per process at every N (OMP_NUM_THREADS=1), set in every worker"
     loads = [line for line in lines if line.startswith(("N=1: load before:", "N=2: load before:"))]
