@@ -253,8 +253,8 @@ def _run_main(program: str) -> None:
 
 def _run_as_torchrun(program: str, world: int, nodes: int = 1) -> None:
     """``program``'s ``world`` ranks as forks of this process with the variables torchrun gives its
-    workers on one node (``nodes`` > 1: on each of ``nodes`` nodes of ``world // nodes``); the first rank that fails stops the others (torchrun's agent does), and
-    its exit status is this process's."""
+    workers on one node (``nodes`` > 1: on each of ``nodes`` nodes of ``world // nodes``); the first
+    rank that fails stops the others (torchrun's agent does), and its exit status is this process's."""
     from trainmesh.launchers.environments import find_free_port
 
     port = os.environ.get("MASTER_PORT") or str(find_free_port())
