@@ -257,6 +257,8 @@ def _run_as_torchrun(program: str, world: int, nodes: int = 1) -> None:
     from trainmesh.launchers.environments import find_free_port
 
     port = os.environ.get("MASTER_PORT") or str(find_free_port())
+    if world % nodes:
+        raise ValueError(f"world={world} is not a whole number of processes on each of {nodes} nodes")
     per_node = world // nodes
     ranks: dict[int, int] = {}
     for rank in range(world):

@@ -5,7 +5,7 @@ after another: EarlyStopping
 with ReduceLROnPlateau (also on the metrics a train_step of the user's returns), LearningRateScheduler, TerminateOnNaN, a BackupAndRestore run interrupted at
 an epoch and run again, trainmesh.keras.evaluate and predict. Each leg is compared between the ranks
 and with Keras' own model.fit/evaluate/predict in this process at the global batch (2 x 16). A second
-test starts 2 torchrun nodes of one process each.
+test trains on 2 torchrun nodes of one process each.
 """
 
 import contextlib
@@ -13,6 +13,7 @@ import functools
 import importlib.util
 import io
 import math
+import os
 import re
 import sys
 import zipfile
@@ -27,6 +28,7 @@ SCRIPT = HERE / "keras_callbacks_run.py"
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+from helpers.forked import can_fork, run_forked  # noqa: E402
 from strategies.legs import run_torchrun_nodes  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -260,15 +262,24 @@ def test_evaluate_and_predict_at_two_processes_equal_one_process(ddp):
 
 
 def test_two_torchrun_nodes_train_as_two_processes_on_one_node(ddp, tmp_path):
-    """tk.fit(strategy="ddp", devices=1, num_nodes=2) under 2 torchrun agents (one process each):
-    bit-identical to the single-node 2-process run of the same leg, History included."""
-    outs = [tmp_path / "node0", tmp_path / "node1"]
-    for out in outs:
-        out.mkdir()
-    run_torchrun_nodes(["node"], outs, timeout=200, script=SCRIPT, forked_agents=True)  # agents: forks, workers: new
+    """tk.fit(strategy="ddp", devices=1, num_nodes=2) in the processes of 2 torchrun nodes (one process
+    each, with the variables torchrun gives them: their node's GROUP_RANK, LOCAL_RANK 0, LOCAL_WORLD_SIZE 1):
+    bit-identical to the single-node 2-process run of the same leg, History included. The processes are
+    forks (helpers/forked.py's torchrun ranks, nodes=2), not 2 agents' new interpreters (about 6 CPU-s
+    each, importing torch, dynamo and Keras): what is checked is what Keras' fit trains across nodes;
+    torchrun's own rendezvous of two agents has its real launches in tests/strategies (conftest.py's
+    two-node legs, test_seed_003.py)."""
+    if can_fork():
+        environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+        done = run_forked(
+            SCRIPT, ["node", str(tmp_path)], env=environment, timeout=200, cwd=HERE, world=2, torchrun=True, nodes=2
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    else:  # 2 torchrun agents, their workers new interpreters
+        run_torchrun_nodes(["node"], [tmp_path, tmp_path], timeout=200, script=SCRIPT)
     single, _ = ranks(ddp, "uninterrupted")
-    for r, out in enumerate(outs):
-        got = torch.load(out / f"node.rank{r}", weights_only=False)
+    for r in range(2):
+        got = torch.load(tmp_path / f"node.rank{r}", weights_only=False)
         assert got["history"] == single["history"]
         assert largest_difference(got["variables"], single["variables"]) == 0.0
 

@@ -41,15 +41,20 @@ BATCHES_PER_EPOCH = 8  # keras_preemption_run.py: 128 training samples, 2 proces
 
 
 def launch(root: Path, stop_at: int | None = None):
-    """``[STOP_AT=AT] python keras_preemption_run.py ROOT``: the agent (trainmesh's, which gets the SIGTERM) a fork
-    of the fork server (torch and trainmesh imported: helpers/forked.py), its workers new interpreters
-    started as under strategy="ddp"; where there is no fork server, the agent a new interpreter too."""
+    """``[STOP_AT=AT] python keras_preemption_run.py ROOT``. The stopped run: the agent (trainmesh's, which
+    gets the SIGTERM and forwards it) a fork of the fork server (torch and trainmesh imported:
+    helpers/forked.py), its workers new interpreters started as under strategy="ddp": what the signal
+    reaches is real. The rerun (about what the resumed fit trains, not how its processes start): its 2
+    processes forks of the program's first (helpers/forked.py's world=2, ddp_fork), as the ones the agent
+    would start, with the same command line, variables and folders, without importing torch, dynamo and
+    Keras again (about 6 CPU-s each). Where there is no fork server, new interpreters both times."""
     env = {"KERAS_BACKEND": "torch", "STOP_AT": "" if stop_at is None else str(stop_at)}
     if can_fork():
         without = launcher_variables()
         environment = {k: v for k, v in os.environ.items() if k not in without}
         environment = {**environment, "OMP_NUM_THREADS": "1", **env}
-        return run_forked(SCRIPT, [str(root)], env=environment, timeout=300, cwd=root)
+        world = 1 if stop_at is not None else 2
+        return run_forked(SCRIPT, [str(root)], env=environment, timeout=300, cwd=root, world=world)
     return run_program([str(SCRIPT), str(root)], timeout=300, env=env, without=launcher_variables(), cwd=root)
 
 
