@@ -68,8 +68,7 @@ def test_workers_die_when_the_agent_is_killed(tmp_path):
         assert [place["ppid"] for place in places] == [agent.pid, agent.pid]  # the agent started them
 
         os.kill(agent.pid, signal.SIGKILL)  # the agent alone, as the kernel's OOM killer would
-        while agent.poll() is None:
-            time.sleep(0.05)
+        ended = agent.wait(timeout=30)  # reaped (a hang guard only)
         killed = time.monotonic()
         while any(alive(pid) for pid in workers) and time.monotonic() - killed < 5:
             time.sleep(0.05)
