@@ -23,6 +23,7 @@ from helpers.forked import can_fork, run_forked  # noqa: E402
 from helpers.processes import run_program  # noqa: E402
 
 RUN = str(HERE / "preemption_run.py")
+TORCHRUN_RUN = HERE / "torchrun_run.py"
 MAX_STEPS = 60  # preemption_run.py's default
 LAUNCHER_VARIABLES = (
     "RANK",
@@ -52,14 +53,16 @@ def run_script(
     forked: bool = False,
 ) -> subprocess.CompletedProcess:
     """``python preemption_run.py ROOT ARGS`` (or under ``torchrun`` with those options) in a clean
-    environment; the whole session is killed on timeout. ``forked`` (not under torchrun): the
-    script runs as a fork of the fork server (helpers/forked.py), which imported torch and
-    trainmesh already; a script of several devices is then the elastic agent, as started by
-    ``python``, and its workers are new interpreters all the same."""
+    environment; the whole session is killed on timeout. ``forked``: the script (under torchrun:
+    torchrun's agent, torchrun_run.py) runs as a fork of the fork server (helpers/forked.py), which
+    imported torch and trainmesh already; a script of several devices is then the elastic agent, as
+    started by ``python``, and its workers (torchrun's too) are new interpreters all the same."""
     command, env = [RUN, str(root)], {**(env or {}), **test_options(args)}
-    if forked and torchrun is None and can_fork():
+    if forked and can_fork():
         clean = {k: v for k, v in os.environ.items() if k not in launcher_variables()}
         environment = {**clean, "OMP_NUM_THREADS": "1", **env}
+        if torchrun is not None:  # torchrun's agent the fork (torchrun_run.py), its workers new interpreters
+            return run_forked(TORCHRUN_RUN, [*torchrun, *command], env=environment, timeout=timeout, cwd=root)
         return run_forked(Path(RUN), command[1:], env=environment, timeout=timeout, cwd=root)
     if torchrun is not None:
         command = ["-m", "torch.distributed.run", *torchrun, *command]

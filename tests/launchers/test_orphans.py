@@ -4,12 +4,12 @@ which re-ran itself as the workers) and no worker may go on training and writing
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from helpers.forked import can_fork, start_forked
 
 HERE = Path(__file__).parent
 LAUNCHER_VARIABLES = (
@@ -41,28 +41,25 @@ def alive(pid: int) -> bool:
         return True
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL and the elastic agent are POSIX-only here")
+@pytest.mark.skipif(not can_fork(), reason="SIGKILL, the elastic agent and the fork server are POSIX-only here")
 def test_workers_die_when_the_agent_is_killed(tmp_path):
     out = tmp_path / "pid"
     env = {k: v for k, v in os.environ.items() if k not in (*LAUNCHER_VARIABLES, "OMP_NUM_THREADS")}
     env["OMP_NUM_THREADS"] = "1"
-    agent = subprocess.Popen(
-        [sys.executable, str(HERE / "orphan_run.py"), str(out)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    # The agent a fork that imported torch and trainmesh already (helpers/forked.py: its own session,
+    # environment and output), not a new interpreter importing them: what is tested is its workers'
+    # end when it dies, and they are new interpreters it starts all the same (their PR_SET_PDEATHSIG
+    # set up in them). A real interpreter's agent: test_launch_processes.py, test_cli_processes.py.
+    agent = start_forked(HERE / "orphan_run.py", [str(out)], env=env, cwd=tmp_path)
     workers: list[int] = []
+    ended = None
     try:
         deadline = time.monotonic() + 60
         files = [Path(f"{out}.rank{rank}") for rank in range(2)]
         while not all(file.exists() for file in files):
             if agent.poll() is not None:
-                pytest.fail(
-                    f"the run ended (exit {agent.returncode}) before training started:\n{agent.stderr.read()[-3000:]}"
-                )
+                ended = agent.wait(timeout=10)
+                pytest.fail(f"the run ended (exit {ended.returncode}) before training started:\n{ended.stderr[-3000:]}")
             if time.monotonic() > deadline:
                 pytest.fail("the workers did not start training within 60 s")
             time.sleep(0.1)
@@ -70,8 +67,8 @@ def test_workers_die_when_the_agent_is_killed(tmp_path):
         workers = [place["pid"] for place in places]
         assert [place["ppid"] for place in places] == [agent.pid, agent.pid]  # the agent started them
 
-        agent.kill()
-        agent.wait(timeout=10)
+        os.kill(agent.pid, signal.SIGKILL)  # the agent alone, as the kernel's OOM killer would
+        ended = agent.wait(timeout=30)  # reaped (a hang guard only)
         killed = time.monotonic()
         while any(alive(pid) for pid in workers) and time.monotonic() - killed < 5:
             time.sleep(0.05)
@@ -85,9 +82,6 @@ def test_workers_die_when_the_agent_is_killed(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        try:
-            os.killpg(agent.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        agent.wait(timeout=10)
-        agent.stderr.close()
+        if ended is None:  # its session, if it still runs, and its output folder
+            agent.kill()
+            agent.wait(timeout=10)

@@ -31,11 +31,12 @@ TORCHRUN = ("--standalone", "--nproc-per-node", "2", "--max-restarts", "2")
 
 
 def run_with_a_death(root: Path, launcher: str) -> subprocess.CompletedProcess:
-    if launcher == "trainmesh":  # the agent a fork that imported torch and trainmesh; its workers new interpreters
+    # Either agent a fork that imported torch and trainmesh (trainmesh's: the script; torchrun's:
+    # torchrun_run.py); the workers it starts, and starts again, new interpreters.
+    if launcher == "trainmesh":
         return run_script(root, "--die-at", str(DIE_AT), "--max-restarts", "2", timeout=150, forked=True)
-    return run_script(
-        root, "--die-at", str(DIE_AT), torchrun=TORCHRUN, timeout=150, env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    )
+    share = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    return run_script(root, "--die-at", str(DIE_AT), torchrun=TORCHRUN, timeout=150, env=share, forked=True)
 
 
 def problem(root: Path, done: subprocess.CompletedProcess, reference: dict[str, torch.Tensor]) -> str | None:
