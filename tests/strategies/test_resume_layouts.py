@@ -1,16 +1,17 @@
 """Resuming a checkpoint under another layout: every direction between one process, ddp, fsdp,
 tp, pp, fsdp x tp and pp x tp (world 4) either continues like the uninterrupted run, weights and
 AdamW state, or is refused before training with the reason (docs/how-to/resume-layouts.md: "Resuming under another
-layout"). resume_layouts_run.py trains the tiny Llama (helpers/llama.py) 1 step, saves, and
+layout"). resume_layouts_run.py trains the tiny Llama (helpers/llama.py, 2 layers) 1 step, saves, and
 resumes for 1 more; the reference is the uninterrupted 2-step run at the resuming layout (one
 step on each side of the save is enough: the resumed step is where a lost optimizer state or a
 restarted loader shows).
 
 Tolerance: bit-equal where the two layouts do the same arithmetic (the same layout; ddp and
 fsdp), else every weight within ATOL. The uninterrupted runs of two layouts differ by up to
-1.1e-5 (float32 sums in another order, which AdamW's first steps turn into weight differences of
-that size), so 1e-6 cannot hold between layouts; a resume that lost the optimizer state is off
-by 1.7e-2 (nanoGPT, lr 1e-3: 1.7e-3), one that restarted the data by 1.7e-2 (1.7e-3).
+4.3e-6 (float32 sums in another order, which AdamW's first steps turn into weight differences of
+that size; AdamW's eps 1e-6 there), so 1e-6 cannot hold between layouts; a resume that lost the
+optimizer state is off by 1.7e-2 (nanoGPT, lr 1e-3: 1.7e-3), one that restarted the data by
+1.7e-2 (1.7e-3).
 
 nanoGPT (helpers/nanogpt.py, its layout as published: blocks in ``transformer.h`` inside a
 ModuleDict, ``lm_head`` tied to ``transformer.wte``) rides in the same launches: saved on one
