@@ -32,7 +32,8 @@ def run_beside_lightning(
     ``torchrun``), as ``torchrun --nproc-per-node N script`` starts them (Lightning then reads a
     TorchElasticEnvironment), the ``imports`` the script makes under Lightning (``lightning.pytorch``,
     ``lightning.fabric``) made once before those forks (helpers/forked.py's ``preload``: 2.6 CPU-s
-    each), never in trainmesh's run; ``lightning_starts=False``: 2 forks in one process group with
+    each), never in trainmesh's run; ``lightning_starts=False``: 2 forks in one process group (the
+    ``imports`` made once before them, as for torchrun's) with
     ``LOCAL_RANK`` set, its Trainer or Fabric finding its processes started while its cluster
     environment stays the LightningEnvironment of a plain ddp run (what a program reading
     ``trainer.strategy.cluster_environment`` or the launcher sees, as trainmesh's side)."""
@@ -45,8 +46,10 @@ def run_beside_lightning(
     if can_fork():  # rank 0 a fork (torch imported); Lightning's ddp starts rank 1 as a new interpreter
         if lightning_ranks > 1:
             ranks: dict = {"world": lightning_ranks, "torchrun": True, "preload": imports}
-        else:
-            ranks = {"world": 1 if lightning_starts else 2}
+        elif lightning_starts:
+            ranks = {"world": 1}
+        else:  # the imports made once before the 2 forks, as for torchrun's (2.6 CPU-s a rank)
+            ranks = {"world": 2, "preload": imports}
         done = run_forked(script, theirs[1:], env=env, timeout=600, cwd=out, **ranks)
     else:
         done = run_program(theirs, timeout=600, cwd=out, env=env)
