@@ -63,14 +63,6 @@ class TrainerHost:
             return
         if options["reduce_fx"] != "mean":  # the default needs no check; this is the hot path of every step
             options["reduce_fx"] = reduce_fx_name(options["reduce_fx"])
-        group = options.pop("sync_dist_group")
-        if group is not None and not module.trainer.runtime.trainer_port.holds_the_data_parallel_processes(group):
-            # A group of every process (torch's WORLD, new_group(all ranks)) reduces as None does
-            raise ValueError(
-                f"self.log({name!r}, sync_dist_group=...): trainmesh syncs over every data-parallel process "
-                "only, and this group holds some of them; use sync_dist=True without a group, or reduce over "
-                "your group yourself before logging"
-            )
         metric_attribute = options.pop("metric_attribute")
         if metric_attribute is None and not isinstance(value, (torch.Tensor, float, int)):
             check_metric_attribute(module, name, value, metric_attribute)  # Lightning's refusal of a stray Metric

@@ -63,7 +63,7 @@ class LogCalls(nn.Module):
             enable_graph: accepted for Lightning's programs: values are stored detached, which
                 changes no logged number.
             sync_dist: reduce the epoch value across processes.
-            sync_dist_group: ``None`` or a group of every data-parallel process; a group of some is refused.
+            sync_dist_group: a torch process group to reduce over (``None``: every data-parallel process).
             add_dataloader_idx: with several evaluation loaders, append ``/dataloader_idx_N`` to
                 the name (``False``: the name as given; each loader must then log its own names,
                 as Lightning requires).

@@ -43,6 +43,7 @@ from trainmesh.utilities.collections import apply_to_tensors, move_data_to_devic
 from trainmesh.utilities.dataloaders import with_worker_init_fn
 from trainmesh.utilities.device_loader import BatchHooks, DeviceDataLoader, hooked_loader
 from trainmesh.utilities.lightning_loggers import lightning_named_logger
+from trainmesh.utilities.process_group import process_group_exists
 
 # trainmesh's own info lines: on stderr, as Lightning's are, and governed as they are (lightning_loggers.py)
 log = lightning_named_logger(__name__)
@@ -362,11 +363,17 @@ class Runtime:
         return divide_by_global_tokens(self.mesh, model.parameters(), num_tokens, loss_sum)
 
     # ---- collectives ------------------------------------------------------------------------
-    def all_reduce(self, value: Any, op: str = "mean", *, over: str = "dp") -> Any:
+    def all_reduce(self, value: Any, op: str = "mean", *, over: str = "dp", group: Any = None) -> Any:
         """Reduce tensors (or numbers) across the processes of a mesh axis ("dp": every
-        data-parallel replica); every one of them gets the result."""
+        data-parallel replica), or of a torch process ``group`` of some of them (``self.log``'s
+        ``sync_dist_group``; a group of every one, or any without a process group, as none);
+        every one of them gets the result."""
+        if group is not None and (not process_group_exists() or collectives.holds_the_axis(self.mesh, group, over)):
+            group = None  # (Lightning's sync: a no-op on one process, whatever the group)
 
         def reduce_one(tensor: torch.Tensor) -> torch.Tensor:
+            if group is not None:
+                return collectives.reduce_in_place(self.mesh, tensor.clone(), op, group=group)
             return collectives.reduce(self.mesh, tensor, op, over=over)
 
         if isinstance(value, (int, float)):

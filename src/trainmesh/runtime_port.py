@@ -20,7 +20,6 @@ from torch import nn
 from trainmesh.launchers.base import Launcher, ProcessInfo
 from trainmesh.precision import Precision
 from trainmesh.seed import SeedSettings, seed_everything, seed_in_effect
-from trainmesh.strategies import collectives
 from trainmesh.strategies.lightning_face import serving
 from trainmesh.strategies.protocol import Strategy
 from trainmesh.utilities.lazy import is_instance
@@ -88,11 +87,6 @@ class TrainerPort:
         """The strategy's class ("SingleDeviceStrategy", "DDPStrategy", ...), as Lightning's profiler
         names the steps it runs (trainer/profiling.py)."""
         return type(self._runtime.strategy).__name__
-
-    def holds_the_data_parallel_processes(self, group: Any) -> bool:
-        """Whether the torch process ``group`` is every data-parallel process (``self.log``'s
-        ``sync_dist_group``: such a group reduces as no group does; collectives.holds_the_axis)."""
-        return collectives.holds_the_axis(self._runtime.mesh, group)
 
     @property
     def module_device_mesh(self) -> Any:

@@ -40,10 +40,14 @@ class SyncedSteps:
             sync_dist_group=torch.distributed.group.WORLD,
             reduce_fx="max",
         )
+        # a group of rank 0 alone: rank 0 reduces over itself, rank 1 (outside it) keeps its own value
+        self.log("first_sum", 1.0 + rank, sync_dist=True, sync_dist_group=self.first, reduce_fx="sum", on_epoch=True)
+        self.log("first_max", 1.0 + 2.0 * rank, sync_dist=True, sync_dist_group=self.first, reduce_fx="max")
         return self.layer(batch[0]).pow(2).mean()
 
     def setup(self, stage):
         self.everyone = torch.distributed.new_group([0, 1])  # every rank creates it, as torch asks
+        self.first = torch.distributed.new_group([0])
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -57,6 +61,18 @@ class SyncedSteps:
 
     def on_train_epoch_end(self):
         self.log("seen_opened_sum", float(self.trainer.callback_metrics.get("opened_sum", -1.0)))
+        # each rank's view of the rank-0 group (its metrics, strategy.reduce, all_gather), shown on rank 0
+        rank, seen, strategy = self.trainer.global_rank, self.trainer.callback_metrics, self.trainer.strategy
+        mine = {
+            "first_sum_epoch": seen["first_sum_epoch"],
+            "first_max": seen["first_max"],
+            "reduce_sum": strategy.reduce(torch.tensor(1.0 + rank), group=self.first, reduce_op="sum"),
+            "reduce_mean": _or_raised(lambda: strategy.reduce(torch.tensor(3.0 + rank), group=self.first)),
+            "gather": _or_raised(lambda: self.all_gather(torch.tensor([5.0 + rank]), group=self.first).sum()),
+        }
+        for name, value in mine.items():
+            for r in (0, 1):
+                self.log(f"rank{r}_{name}", float(value) if r == rank else 0.0, sync_dist=True, reduce_fx="sum")
 
     def on_validation_epoch_start(self):
         self.log("val_opened", 1.0 + 2.0 * self.trainer.global_rank, sync_dist=True)
@@ -72,6 +88,14 @@ class SyncedSteps:
 
     def val_dataloader(self):
         return DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+
+
+def _or_raised(reduce) -> float:
+    """The value, or -1 where the framework stops (a mean or a gather over a group this rank is not in)."""
+    try:
+        return float(reduce())
+    except (ValueError, RuntimeError):
+        return -1.0
 
 
 def main(framework_name: str, out: str) -> None:

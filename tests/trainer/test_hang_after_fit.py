@@ -119,3 +119,65 @@ def test_the_verdict_names_every_waiting_rank_and_the_departed_ones():
     assert "  rank 3: no answer (neither left nor waiting)" in message
     assert "Likely cause: a collective called on ranks 0, 2 only" in message
     assert "exit status 124" in message
+
+
+def test_a_fit_ended_on_should_stop_of_some_ranks_is_named_as_the_cause():
+    """trainer.should_stop set on rank 1 only: rank 1 ends its fit and leaves, rank 0 waits in its next step
+    (measured: /work/progs/left-ddp/disagree.py under watchdog_timeout=20). Before, the verdict's likely cause
+    was "a collective called on rank 0 only: fit()"; now it names the flag, where it was set, and the fix. A
+    wait after every fit ended (no run_fit on the stack) keeps the collective's cause."""
+    from trainmesh.supervision.departure_report import Departure, Waiting, departure_message
+    from trainmesh.trainer import fit_loop
+
+    script = _frame("/home/me/train.py", 23, "<module>", "trainer.fit(model)")
+    loop = _frame(fit_loop.__file__, 47, "run_fit", "train(ctx, fit_data, resume_rng)")
+    departed = {1: Departure(1, {"0": 15}, where="", wait_s=60.0, stopped_at="train.py:12 in on_train_batch_end")}
+    message = departure_message({0: Waiting(0, 20.0, {"0": 16}, [script, loop])}, departed, world_size=2, timeout=20)
+    assert (
+        "Likely cause: trainer.should_stop was set on rank 1 only (on rank 1 at train.py:12 in on_train_batch_end): "
+        "rank 1 ended its fit there while rank 0 went on" in message
+    )
+    assert "trainer.strategy.reduce_boolean_decision(stop, all=False)" in message
+    after_fit = departure_message({0: Waiting(0, 20.0, {"0": 16}, [script])}, departed, world_size=2, timeout=20)
+    assert "Likely cause: a collective called on rank 0 only" in after_fit
+    # The same run seen by the step watchdog (rank 1's watch ended, marked finished with the flag's place)
+    from trainmesh.supervision.stall_report import RankReport, decide
+
+    report = RankReport(rank=0, stalled=True, idle_s=20.0, steps=2, collectives={"0": 16}, stack=[])
+    place = "train.py:12 in on_train_batch_end"
+    verdict = decide({0: report}, world_size=2, timeout=20, finished={1: place}, stopped={1: place})
+    assert (
+        "  rank 1: finished the loop on trainer.should_stop set at train.py:12 in on_train_batch_end" in verdict.message
+    )
+    assert "Likely cause: trainer.should_stop was set on rank 1 only" in verdict.message
+
+
+def test_should_stop_records_the_line_that_set_it_for_the_supervision(tmp_path):
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import trainmesh
+    from trainmesh.supervision import departures
+
+    class Stops(trainmesh.LightningModule):
+        def __init__(self, stop: bool) -> None:
+            super().__init__()
+            self.layer, self.stop = torch.nn.Linear(2, 1), stop
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).sum()
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            if self.stop:
+                self.trainer.should_stop = True  # the line named
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    line = Stops.on_train_batch_end.__code__.co_firstlineno + 2
+    for stop, expected in ((True, f"test_hang_after_fit.py:{line} in on_train_batch_end"), (False, "")):
+        trainer = trainmesh.Trainer(
+            max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path
+        )
+        trainer.fit(Stops(stop), DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2))
+        assert (departures._stopped_at, trainer.current_epoch) == (expected, 1 if stop else 2)

@@ -79,25 +79,43 @@ def test_one_name_logged_by_two_loaders_without_their_index_is_refused_as_lightn
         _run(trainmesh, same_name=True)
 
 
-def test_a_sync_group_other_than_every_process_is_refused() -> None:
-    import trainmesh
-
-    class Model(trainmesh.LightningModule):
+def _one_process_group_log(framework, group_of_call) -> str | dict[str, float]:
+    class Model(framework.LightningModule):
         def __init__(self) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
 
         def training_step(self, batch, batch_idx):
             loss = self.layer(batch[0]).mean()
-            self.log("loss", loss, sync_dist=True, sync_dist_group=object())
+            self.log("loss", loss, sync_dist=True, sync_dist_group=group_of_call())
             return loss
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
-    trainer = trainmesh.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    with pytest.raises(ValueError, match="sync_dist_group"):
+    torch.manual_seed(0)
+    trainer = framework.Trainer(
+        max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    try:
         trainer.fit(Model(), DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2))
+    except Exception as error:  # noqa: BLE001 - the outcome compared is which error, and its words
+        return f"{type(error).__name__}: {error}"
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+
+def test_sync_dist_group_on_one_process_is_lightning_s_no_op_and_a_changed_group_is_refused() -> None:
+    """On one process Lightning's sync does nothing, whatever ``sync_dist_group`` is; a call with another
+    group than the name's first call is its "different arguments" error (before: trainmesh refused any
+    group but one of every data-parallel process, here with a ValueError)."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    import trainmesh
+
+    same = object()
+    for group_of_call in (lambda: same, object):
+        expected = _one_process_group_log(lightning, group_of_call)
+        assert _one_process_group_log(trainmesh, group_of_call) == expected
+    assert "twice in `training_step` with different arguments" in expected
 
 
 def _reduced(framework) -> dict[str, float]:

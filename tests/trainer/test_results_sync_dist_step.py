@@ -11,7 +11,11 @@ found in /work/progs/l-ddp-progs4 g2, metrics.csv ``f16_step``).
 The same launch checks that what ``on_train_epoch_start`` / ``on_validation_epoch_start`` log is read in
 that epoch's ``on_*_epoch_end`` reduced as Lightning reduces it (before: the validation's was not there yet),
 and that ``sync_dist_group`` holding every process (``new_group([0, 1])``, torch's ``group.WORLD``) reduces as
-Lightning's (before: refused; found in /work/progs/l-ddp-progs9 r3).
+Lightning's (before: refused; found in /work/progs/l-ddp-progs9 r3), and that a group of rank 0 alone
+(``new_group([0])``) reduces ``self.log``, ``strategy.reduce`` and ``all_gather`` over it as Lightning's on
+each rank: rank 0 over itself, rank 1 (outside) its own value for "sum"/"max", and a mean or a gather
+stops (Lightning's with torch's errors, trainmesh's naming the group; before: refused in ``self.log``,
+and trainmesh's ``strategy.reduce`` mean on rank 1 divided by torch's -1 size: -4.0 for 4.0).
 
 Each framework's run (results_sync_dist_step_run.py) is a fork of the fork server (helpers/forked.py)
 whose Trainer runs ``ddp_fork``: the launcher ``ddp_spawn`` uses, with fork for spawn, in Lightning as in
@@ -55,6 +59,10 @@ def test_a_synced_step_value_is_reduced_with_its_reduce_fx(tmp_path):
     assert theirs["step_f16"] == 1.00048828125
     # sync_dist_group of every process (a new_group of both ranks, torch's WORLD): before, trainmesh refused it
     assert (theirs["group_sum_step"], theirs["group_sum_epoch"], theirs["world_max"]) == (3.0, 6.0, 2.0)
+    # a group of rank 0 alone: rank 0 over itself, rank 1 outside it (its own value; a mean or a gather stops)
+    outside = {k[len("rank1_") :]: v for k, v in theirs.items() if k.startswith("rank1_")}
+    assert outside == {"first_sum_epoch": 4.0, "first_max": 3.0, "reduce_sum": 2.0, "reduce_mean": -1.0, "gather": -1.0}
+    assert (theirs["first_sum_step"], theirs["rank0_reduce_mean"], theirs["rank0_gather"]) == (1.0, 3.0, 5.0)
     # on_*_epoch_start's values in that epoch's on_*_epoch_end: synced where logged with sync_dist, else rank 0's
     assert (theirs["seen_opened_sum"], theirs["seen_val_opened"], theirs["seen_val_opened_own"]) == (3.0, 2.0, 1.0)
     assert _metrics("trainmesh", tmp_path) == theirs

@@ -59,6 +59,8 @@ def reduce_in_place(
         if not _talks(mesh, over):
             return value
         group = mesh.group(over)
+    elif _outside(group, f"a {op} over a process group", refuse=op == "mean"):
+        return value  # torch's collectives skip a process outside their group: its own value, as Lightning's
     dist.all_reduce(value, op=getattr(dist.ReduceOp, _OPS[op]), group=group)
     if op != "mean":
         return value
@@ -89,6 +91,8 @@ def all_gather(
         return apply_to_tensors(value, lambda t: t.unsqueeze(0))
     if group is None:
         group = mesh.group(over)
+    else:
+        _outside(group, "a gather from a process group", refuse=True)
 
     def gather(tensor: torch.Tensor) -> torch.Tensor:
         if sync_grads:
@@ -97,6 +101,23 @@ def all_gather(
         return _gather(tensor.contiguous(), group)
 
     return apply_to_tensors(value, gather)
+
+
+def _outside(group: Any, what: str, *, refuse: bool) -> bool:
+    """Whether this process is outside the torch process ``group`` (a ``new_group`` of other ranks);
+    ``refuse``: stop, what is asked (a mean, a gather) has no value outside the group (Lightning's
+    ``_sync_ddp`` stops with torch's "Invalid process group specified", its gather with torch's
+    "stack expects a non-empty TensorList")."""
+    if dist.get_rank(group) >= 0:
+        return False
+    if refuse:
+        raise ValueError(
+            f"{what} of ranks {dist.get_process_group_ranks(group)}, on global rank {dist.get_rank()} which is "
+            "not in the group: it has no value outside the group (Lightning's DDPStrategy stops there too). "
+            "Pass a group only on the ranks it holds (each rank the group it belongs to, as "
+            "torch.distributed.new_subgroups() gives it), and None (every process) on the others"
+        )
+    return True
 
 
 def _gather(tensor: torch.Tensor, group: Any) -> torch.Tensor:

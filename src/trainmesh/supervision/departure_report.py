@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from trainmesh.supervision.call_site import CallSite, Frame, call_site, format_frames
-from trainmesh.supervision.stall_report import EXIT_STATUS
+from trainmesh.supervision.stall_report import EXIT_STATUS, should_stop_cause
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Departure:
     collectives: dict[str, int]  # process-group name -> collectives this rank issued on it
     where: str  # the user's line that left ("" at interpreter exit: the end of its script)
     wait_s: float  # how long it waits there for the others before it leaves without them
+    stopped_at: str = ""  # where trainer.should_stop ended its latest fit ("file:line in hook"; "": it did not)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -90,7 +91,10 @@ def departure_message(
             lines.append(f"  rank {rank}: {departed[rank].describe()}")
         else:
             lines.append(f"  rank {rank}: no answer (neither left nor waiting)")
-    lines.append(f"Likely cause: {first.site.cause(_ranks(stuck))}.")
+    # Inside fit's loop (trainer/fit_loop.py's run_fit); a wait after every rank's fit ended has another cause
+    in_fit = any(frame.function == "run_fit" for frame in first.frames)
+    stopped = {rank: d.stopped_at for rank, d in departed.items() if d.stopped_at} if in_fit else {}
+    lines.append(f"Likely cause: {should_stop_cause(stopped, stuck) or first.site.cause(_ranks(stuck))}.")
     for rank in stuck:
         lines.append(f"Rank {rank}'s stack (its main thread, most recent call last):")
         lines.append(format_frames(waiting[rank].frames).rstrip("\n"))

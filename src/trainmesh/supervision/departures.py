@@ -45,6 +45,7 @@ _leaves = itertools.count()
 _next_leave = 0
 _watch: DepartureWatch | None = None  # this process's watch of the current process group
 _lock = threading.Lock()
+_stopped_at = ""  # where trainer.should_stop ended this process's latest fit ("" if it did not)
 
 
 class _Channel:
@@ -93,6 +94,12 @@ class _Channel:
             self.store.set(f"{self.prefix}waiting/{self.rank}", waiting.to_json())
 
 
+def note_fit_ended(*, stopped_at: str) -> None:
+    """Where ``trainer.should_stop`` ended this process's latest fit ("": it did not), told on departure."""
+    global _stopped_at
+    _stopped_at = stopped_at
+
+
 def leave_together(*, timeout: float = LEAVE_TIMEOUT) -> list[int]:
     """Tell the other ranks this one is leaving the process group, and wait for every rank to
     arrive here, at most ``timeout`` seconds; returns the ranks that did not (and says so)."""
@@ -111,7 +118,7 @@ def leave_together(*, timeout: float = LEAVE_TIMEOUT) -> list[int]:
     mine = collectives_issued()  # before this teardown's own calls
     site = call_site(thread_frames(threading.get_ident()))
     where = site.user.place if site.user is not None else ""
-    channel.depart(Departure(rank=channel.rank, collectives=mine, where=where, wait_s=timeout))
+    channel.depart(Departure(rank=channel.rank, collectives=mine, where=where, wait_s=timeout, stopped_at=_stopped_at))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         departed = channel.count("departed")

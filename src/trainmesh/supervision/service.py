@@ -53,6 +53,7 @@ class Supervision:
     def watching(self, *, processes: int) -> Iterator[None]:
         """Watch the calling thread's training loop while the block runs (``processes``: the run's
         world size; on one, the default timeout does not arm)."""
+        departures.note_fit_ended(stopped_at="")  # (a fit that fails names no earlier fit's stop)
         self._watchdog.start(processes=processes)
         try:
             yield
@@ -103,6 +104,12 @@ class Supervision:
         """After the loop: a late signal still saves and exits; else the preemption checkpoint goes
         (where ``owned`` says it is this program's)."""
         self._signals.finish_fit(step=step, epoch=epoch, owned=owned)
+
+    def fit_ended(self, *, stopped_at: str) -> None:
+        """A fit's loop is over; ``stopped_at``: where ``trainer.should_stop`` that ended it was set ("" when
+        it was not): a rank waiting for this one in the fit's collectives is told so (departure_report.py)."""
+        departures.note_fit_ended(stopped_at=stopped_at)
+        self._watchdog.stopped_at = stopped_at
 
     def restart_reason(self, folder: str, name: str) -> str | None:
         """Why this process resumes (this process's answer; the caller agrees across ranks), or None;

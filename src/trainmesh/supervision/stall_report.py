@@ -104,10 +104,16 @@ def ranks_behind(reports: Mapping[int, RankReport]) -> list[int]:
 
 
 def decide(
-    reports: Mapping[int, RankReport], *, world_size: int, timeout: float, finished: Collection[int] = ()
+    reports: Mapping[int, RankReport],
+    *,
+    world_size: int,
+    timeout: float,
+    finished: Collection[int] = (),
+    stopped: Mapping[int, str] | None = None,
 ) -> Verdict:
     """The verdict on a stalled run from the reports that arrived (at least the caller's own);
-    ``finished``: ranks that left the loop (their watch ended normally), so not stuck."""
+    ``finished``: ranks that left the loop (their watch ended normally), so not stuck; ``stopped``:
+    those of them whose loop ``trainer.should_stop`` ended, with where it was set."""
     assert reports, "the rank that decides has its own report"
     answered = tuple(sorted(reports))
     missing = [rank for rank in range(world_size) if rank not in reports and rank not in finished]
@@ -119,7 +125,13 @@ def decide(
         message = _single_process_message(reports[answered[0]], timeout)
     else:
         message = _distributed_message(
-            reports, stuck=list(stuck), behind=bool(behind), missing=missing, finished=sorted(finished), timeout=timeout
+            reports,
+            stuck=list(stuck),
+            behind=bool(behind),
+            missing=missing,
+            finished=sorted(finished),
+            stopped=stopped or {},
+            timeout=timeout,
         )
     return Verdict(stuck=stuck, answered=answered, reporter=answered[0], message=message)
 
@@ -139,6 +151,7 @@ def _distributed_message(
     behind: bool,
     missing: list[int],
     finished: list[int],
+    stopped: Mapping[int, str],
     timeout: float,
 ) -> str:
     idle = max(report.idle_s for report in reports.values())
@@ -160,6 +173,8 @@ def _distributed_message(
             f"{head}, while {_ranks(finished)} finished the loop and wait{'s' if len(finished) == 1 else ''} "
             f"for {_them(stuck)}."
         ]
+        if stopped:
+            lines.append(f"Likely cause: {should_stop_cause(stopped, stuck)}.")
     else:
         lines = [
             f"trainmesh watchdog: no step completed for {idle:.1f} s (watchdog_timeout={timeout:g}), and no "
@@ -174,12 +189,30 @@ def _distributed_message(
     for rank in sorted({*reports, *missing, *finished}):
         report = reports.get(rank)
         if report is None:
-            lines.append(f"  rank {rank}: {'finished the loop' if rank in finished else 'no answer'}")
+            stop = f" on trainer.should_stop set at {stopped[rank]}" if rank in stopped else ""
+            lines.append(f"  rank {rank}: {'finished the loop' + stop if rank in finished else 'no answer'}")
         else:
             lines.append(
                 f"  rank {rank}: {report.steps} steps completed, idle {report.idle_s:.1f} s, at {report.where}"
             )
     return "\n".join(lines) + "\n" + _advice()
+
+
+def should_stop_cause(stopped: Mapping[int, str], stuck: list[int]) -> str:
+    """``trainer.should_stop`` ended the ``stopped`` ranks' fit (where it was set, by rank) while ``stuck`` ones
+    went on: the flag was set on some ranks only. Lightning defines nothing there (each of its ranks stops by
+    its own flag; gloo then fails with "Connection closed by peer", NCCL hangs). "" without such ranks."""
+    if not stopped:
+        return ""
+    ranks = sorted(stopped)
+    where = "; ".join(f"on rank {rank} at {stopped[rank]}" for rank in ranks)
+    return (
+        f"trainer.should_stop was set on {_ranks(ranks)} only ({where}): {_ranks(ranks)} ended "
+        f"{'its' if len(ranks) == 1 else 'their'} fit there while {_ranks(stuck)} went on to the next step's "
+        "collectives. Every rank must stop together: decide on a value every rank has (a metric logged with "
+        "sync_dist=True, as EarlyStopping does), or agree on the decision before setting it: "
+        "trainer.should_stop = trainer.strategy.reduce_boolean_decision(stop, all=False)"
+    )
 
 
 def _collective_counts(reports: Mapping[int, RankReport], behind: list[int]) -> str:

@@ -128,6 +128,7 @@ class StepWatchdog:
         self._stopping = threading.Event()
         self._first_allowance = 0.0
         self._loop_thread = 0  # threading.get_ident() of the thread that runs the loop
+        self.stopped_at = ""  # where trainer.should_stop ended the loop watched ("": it did not; service.fit_ended)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # ddp_spawn pickles the Trainer: the watch itself (thread, store) never travels.
@@ -172,7 +173,7 @@ class StepWatchdog:
         self._first_allowance = _first_step_allowance(self.timeout, group_timeout)
         self._loop_thread = threading.get_ident()
         self._stopping = threading.Event()
-        self.steps_done, self.last_step_at, self._ending = 0, time.monotonic(), False
+        self.steps_done, self.last_step_at, self._ending, self.stopped_at = 0, time.monotonic(), False, ""
         self._thread = threading.Thread(target=self._watch, name="trainmesh-watchdog", daemon=True)
         self._thread.start()
 
@@ -188,7 +189,7 @@ class StepWatchdog:
             thread.join()
         thread.join(timeout=10.0)
         if self._channel is not None:
-            self._channel.mark_finished()  # a rank still in the loop is then the one behind
+            self._channel.mark_finished(self.stopped_at)  # a rank still in the loop is then the one behind
         self._thread = self._channel = None
 
     def _watch(self) -> None:
@@ -227,10 +228,11 @@ class StepWatchdog:
         if channel is not None:
             channel.publish(report, alarm=stalled)
         _dump_threads(rank)
-        reports, finished = channel.gather(grace) if channel is not None else ({}, set())
+        reports, finished = channel.gather(grace) if channel is not None else ({}, {})
         reports[rank] = report
         world_size = channel.world_size if channel is not None else 1
-        verdict = decide(reports, world_size=world_size, timeout=self.timeout, finished=finished)
+        stopped = {rank: place for rank, place in finished.items() if place}
+        verdict = decide(reports, world_size=world_size, timeout=self.timeout, finished=finished, stopped=stopped)
         # Under an elastic agent the verdict goes to the error file, which the agent prints as
         # the run's failure (once, after every worker has stopped); else the reporter prints it.
         # The rank that ends first records it at once; the others only once they have waited for
@@ -282,9 +284,9 @@ class _RankChannel:
             if alarm:  # after the report, so that whoever reads the alarm finds it
                 self.store.set(self.prefix + "alarm", str(self.rank))
 
-    def gather(self, grace: float) -> tuple[dict[int, RankReport], set[int]]:
+    def gather(self, grace: float) -> tuple[dict[int, RankReport], dict[int, str]]:
         """Every rank's report that arrives within ``grace`` seconds, and the ranks that had
-        finished the loop instead."""
+        finished the loop instead (each with where ``trainer.should_stop`` ended it, or "")."""
         from trainmesh.supervision.stall_report import RankReport  # imported by start()
 
         deadline = time.monotonic() + grace
@@ -292,18 +294,19 @@ class _RankChannel:
             # One counter of the ranks that reported or finished: one store call per look.
             while self.store.add(self.prefix + "answered", 0) < self.world_size and time.monotonic() < deadline:
                 time.sleep(0.05)
-        reports, finished = {}, set()
+        reports, finished = {}, {}
         for rank in range(self.world_size):
             with contextlib.suppress(RuntimeError, ValueError, TypeError):
                 if self.store.check([f"{self.prefix}report/{rank}"]):
                     reports[rank] = RankReport.from_json(self.store.get(f"{self.prefix}report/{rank}"))
                 elif self.store.check([f"{self.prefix}finished/{rank}"]):
-                    finished.add(rank)
+                    mark = self.store.get(f"{self.prefix}finished/{rank}").decode()
+                    finished[rank] = "" if mark == "1" else mark
         return reports, finished
 
-    def mark_finished(self) -> None:
+    def mark_finished(self, stopped_at: str = "") -> None:
         with contextlib.suppress(RuntimeError):
-            self.store.set(f"{self.prefix}finished/{self.rank}", "1")
+            self.store.set(f"{self.prefix}finished/{self.rank}", stopped_at or "1")
             self.store.add(self.prefix + "answered", 1)
 
     def mark_printed(self) -> None:

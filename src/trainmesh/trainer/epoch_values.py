@@ -5,6 +5,7 @@ rules and arithmetic), and the reset of logged torchmetrics objects once their l
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -19,11 +20,12 @@ _WARNINGS = WarningCache()
 
 
 def epoch_values(
-    results: StageResults, reduce_across: Callable[[torch.Tensor, str], torch.Tensor]
+    results: StageResults, reduce_across: Callable[..., torch.Tensor]
 ) -> dict[str, tuple[float, LoggedEntry]]:
     """Each epoch-level metric of ``results`` by its entry's key (one per hook and name, in the order first
     logged, as Lightning's result collection keeps them; ``entry.name`` names it): reduced across processes
-    with ``reduce_across`` where logged with ``sync_dist``, else this process's own (Lightning's rule)."""
+    with ``reduce_across`` where logged with ``sync_dist`` (over the entry's ``sync_dist_group`` where it has one:
+    ``reduce_across(value, op, group=G)``), else this process's own (Lightning's rule)."""
     out: dict[str, tuple[float, LoggedEntry]] = {}
     for key, entry in results.entries.items():
         name = entry.name or key  # (the views take a later hook's value of the name: publishing.py)
@@ -46,6 +48,8 @@ def epoch_values(
         # As Lightning's: reduced across processes only with sync_dist; else this rank's own value
         # (checkpoint and early-stopping decisions are made one for all: broadcast / any-reduced).
         reduce = reduce_across if entry.sync_dist else _local
+        if entry.sync_dist and entry.group is not None:
+            reduce = functools.partial(reduce_across, group=entry.group)
         if entry.reduce_fx == "mean":
             # Lightning's _ResultMetric.compute: the sum and the integer count each reduced with
             # "mean" (over gloo its sum / world size, copied back into the count's int64: truncated)

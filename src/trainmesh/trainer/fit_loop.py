@@ -86,6 +86,8 @@ def train(ctx: LoopContext, fit_data: FitData, resume_rng: dict[str, Any] | None
                     state.val_clock = ValClock.for_setting(settings.val_check_time)  # again (setup_data)
                 run_epoch(ctx, fit_data, train_loader, opened)
                 opened = None
+            # (a rank ended by a flag set on it alone names it to the ranks still waiting for it)
+            ctx.runtime.supervision.fit_ended(stopped_at=state.should_stop_set_at if state.should_stop else "")
         finally:
             state.loop.last_loss = None
     state.loop.plateau_held = False  # Lightning's fit loop stops restarting before on_train_end

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -124,6 +126,7 @@ class LoopState:
     current_epoch: int = 0
     global_step: int = 0
     should_stop: bool = False
+    should_stop_set_at: str = ""  # "file:line in hook" of the latest trainer.should_stop = True (StopFlag)
     trainer_state: TrainerState = field(default_factory=TrainerState)  # Lightning's trainer.state (states.py)
     stage_before_check: RunningStage | None = None  # the stage the sanity check returns to
     num_training_batches: int | float = math.inf  # Lightning's before a fit counts its loader
@@ -243,3 +246,20 @@ class StateField(Generic[T]):
             setattr(instance, self.holder, dataclasses.replace(held, **{self.name: value}))
         else:
             setattr(held, self.name, value)
+
+
+class StopFlag(StateField[bool]):
+    """``trainer.should_stop``, which also records where it was set True (``should_stop_set_at``): the
+    supervision names that line when a rank ends its fit on it while another waits (departure_report.py)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        setattr(owner, name, property(operator.attrgetter(f"{self.holder}.{name}"), self.__set__, doc=self.__doc__))
+
+    def __set__(self, instance: Any, value: bool) -> None:
+        state = getattr(instance, self.holder)
+        if value and not state.should_stop:
+            caller = sys._getframe(1)  # the line that set it (a hook's, a callback's): once per stop, never per step
+            code = caller.f_code
+            state.should_stop_set_at = f"{os.path.basename(code.co_filename)}:{caller.f_lineno} in {code.co_name}"
+        state.should_stop = value

@@ -25,7 +25,8 @@ from trainmesh.utilities.data import extract_batch_size
 from trainmesh.utilities.exceptions import MisconfigurationException
 from trainmesh.utilities.rank_zero import WarningCache
 
-Reducer = Callable[[torch.Tensor, str], torch.Tensor]
+# (value, op) reduced over every data-parallel process; (value, op, group=G) over the torch process group G
+Reducer = Callable[..., torch.Tensor]
 __all__ = ["LogCollector", "LoggedEntry", "Reducer", "StageResults", "reset_metric_objects"]
 
 # Defaults Lightning users expect: per step while training, per epoch while evaluating.
@@ -110,17 +111,19 @@ class LogCollector:
         batch_size: int | None,
         add_dataloader_idx: bool = True,
         rank_zero_only: bool = False,
+        sync_dist_group: Any = None,
     ) -> None:
         """Record one ``self.log`` call.
 
         As Lightning's, each hook (``self.fx``) logs its own metric under a name (a second hook's value
         of the name replaces the first's where both are shown), and a hook's call with other
         arguments than its earlier calls of the name raises ``MisconfigurationException``.
+        ``sync_dist_group``: a torch process group of some processes that ``sync_dist`` reduces over.
         """
         key, entry = name, self.results.entries.get(name)
         given = (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, add_dataloader_idx, rank_zero_only)
-        if entry is None or entry.fx != self.fx or entry.given != given:
-            key, entry = self._entry_for(name, given)
+        if entry is None or entry.fx != self.fx or entry.given != given or entry.group is not sync_dist_group:
+            key, entry = self._entry_for(name, given, sync_dist_group)
         if not (entry.plain_step and self.stored_step(key, value)):
             self._log_any(key, entry, value, batch_size)
 
@@ -134,7 +137,7 @@ class LogCollector:
         self.results.step_values[key] = value if kind is float else value.detach()
         return True
 
-    def _entry_for(self, name: str, given: tuple[Any, ...]) -> tuple[str, LoggedEntry]:
+    def _entry_for(self, name: str, given: tuple[Any, ...], group: Any) -> tuple[str, LoggedEntry]:
         """The entry this hook (``self.fx``) logs ``name`` into, made at its first call; a call with
         other arguments than the hook's earlier ones is refused as Lightning refuses it."""
         check_can_log(self.hook, self.fx)  # (a hook's first call of a name: no cost per step)
@@ -156,16 +159,21 @@ class LogCollector:
                 key, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist and not rank_zero_only
             )
             entry.add_dataloader_idx, entry.rank_zero_only = add_dataloader_idx, rank_zero_only
-            entry.name, entry.fx = name, self.fx
-        elif _arguments(entry, self.world_size) != _arguments(
-            self._new_entry(None, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist and not rank_zero_only),
-            self.world_size,
-        ) or (entry.add_dataloader_idx, entry.rank_zero_only) != (add_dataloader_idx, rank_zero_only):
+            entry.name, entry.fx, entry.group = name, self.fx, group
+        elif (
+            (entry.group is not group and entry.given)
+            or _arguments(entry, self.world_size)
+            != _arguments(
+                self._new_entry(None, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist and not rank_zero_only),
+                self.world_size,
+            )
+            or (entry.add_dataloader_idx, entry.rank_zero_only) != (add_dataloader_idx, rank_zero_only)
+        ):
             # Lightning's _ResultCollection.log compares the call's metadata (defaults resolved) with the first's
             raise MisconfigurationException(
                 f"You called `self.log({name}, ...)` twice in `{self.fx}` with different arguments. This is not allowed"
             )
-        entry.given = given
+        entry.given, entry.group = given, group  # (a checkpoint's entry takes the call's group)
         return key, entry
 
     def _new_entry(
@@ -215,7 +223,7 @@ class LogCollector:
             else:
                 step_value = number
             self.results.step_values[name] = (  # (synced in float32 or float64, as Lightning's _ResultMetric)
-                self._reduce(metric_values.step_tensor(step_value), entry.reduce_fx) if entry.sync_dist else step_value
+                self._synced(entry, metric_values.step_tensor(step_value)) if entry.sync_dist else step_value
             )
         if entry.on_epoch:
             if isinstance(number, torch.Tensor) and number.dtype == torch.float64:
@@ -223,6 +231,11 @@ class LogCollector:
             # a number as Lightning's self.log makes it: a tensor of the default dtype (float32)
             tensor = number if isinstance(number, torch.Tensor) else torch.tensor(number, dtype=lightning_dtype())
             self._accumulate(entry, tensor, batch_size)
+
+    def _synced(self, entry: LoggedEntry, value: torch.Tensor) -> torch.Tensor:
+        if entry.group is None:
+            return self._reduce(value, entry.reduce_fx)
+        return self._reduce(value, entry.reduce_fx, group=entry.group)
 
     def _mean_over_chunks(self, name: str, tensor: torch.Tensor, size: int) -> torch.Tensor:
         """The step value of a split batch: the chunks' values weighted by their sizes."""

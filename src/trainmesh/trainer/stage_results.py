@@ -38,6 +38,9 @@ class LoggedEntry:
     # so an entry's key in StageResults is the name, or "name<US>hook" for a second hook's)
     name: str = field(default="", compare=False)
     fx: str = field(default="training_step", compare=False)
+    # self.log's sync_dist_group: a torch process group of some data-parallel processes to reduce over
+    # (None: every one), as Lightning's strategy.reduce(group=...); a checkpoint keeps none (the next call's)
+    group: Any = field(default=None, repr=False, compare=False)
     # The self.log arguments of the latest call that matched (a call with others is checked: check_arguments)
     given: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 

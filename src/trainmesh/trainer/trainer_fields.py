@@ -10,7 +10,7 @@ from typing import Any
 from trainmesh.runtime_optimizer import inner_optimizer
 from trainmesh.trainer.hooks import HookDispatcher
 from trainmesh.trainer.lightning_members import LightningMembers
-from trainmesh.trainer.loop_state import LoopPosition, StateField
+from trainmesh.trainer.loop_state import LoopPosition, StateField, StopFlag
 from trainmesh.trainer.optimizers import SchedulerConfig
 from trainmesh.trainer.prediction_loop import PredictLoop
 from trainmesh.trainer.results import LogCollector
@@ -101,7 +101,7 @@ class TrainerFields(LightningMembers):
     stage: StateField[str | None] = StateField("_state")
     current_epoch: StateField[int] = StateField("_state")
     global_step: StateField[int] = StateField("_state")
-    should_stop: StateField[bool] = StateField("_state")
+    should_stop: StopFlag = StopFlag("_state")
     # num_training_batches: lightning_members.py (what a callback added to the loader's count with it)
     val_loader_batches: StateField[int | float] = StateField("_state")
     test_loader_batches: StateField[int | float] = StateField("_state")
