@@ -39,7 +39,7 @@ def _model(framework, *, shuffle: bool = True):
     return Net
 
 
-def _fit(framework, tmp, finder, *, shuffle: bool = True, **trainer_kwargs):
+def _fit(framework, tmp, finder, *, shuffle: bool = True, callbacks_after=(), **trainer_kwargs):
     lrs: list[float] = []
 
     class Rates(framework.Callback):
@@ -56,7 +56,7 @@ def _fit(framework, tmp, finder, *, shuffle: bool = True, **trainer_kwargs):
         enable_model_summary=False,
         enable_checkpointing=False,
         default_root_dir=str(tmp),
-        callbacks=[finder, Rates()],
+        callbacks=[finder, Rates(), *callbacks_after],
         **trainer_kwargs,
     )
     trainer.fit(model)
@@ -135,3 +135,27 @@ def test_a_batch_size_finder_on_several_processes_is_refused_as_lightning_refuse
         ours.fit(_model(tm)())
     assert type(lightning_error.value).__name__ == "MisconfigurationException"
     assert str(our_error.value).startswith(str(lightning_error.value))
+
+
+def test_a_search_at_a_later_epoch_is_refused_before_training(tmp_path) -> None:
+    """Lightning's documented FineTuneLearningRateFinder with a milestone after the first epoch (l-progs22 p7):
+    the refusal comes at the fit's start, before a search or a step (before: after the epochs before the milestone
+    had trained, their work lost)."""
+
+    class Milestones(tm.callbacks.LearningRateFinder):
+        def on_fit_start(self, *args, **kwargs):
+            return
+
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch in (1,):
+                self.lr_find(trainer, pl_module)
+
+    steps: list[int] = []
+
+    class Steps(tm.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            steps.append(batch_idx)
+
+    with pytest.raises(RuntimeError, match=r"Milestones\.on_train_epoch_start calls lr_find\(\).*Tuner"):
+        _fit(tm, tmp_path, Milestones(num_training_steps=5), callbacks_after=[Steps()])
+    assert steps == []

@@ -4,12 +4,13 @@ As Lightning's, each search runs inside the fit, after ``configure_optimizers`` 
 callbacks' ``on_fit_start`` (the finders are the first callbacks): the fit's training loop run again
 per trial, then the weights, optimizers and loops restored (``trainer/finder_runs.py``,
 ``trainer/search_trials.py``); the callback then applies what was found where Lightning applies it.
-``lr_find`` / ``scale_batch_size`` called by a subclass later in the fit (say at an epoch's start)
-stop with the reason.
+A subclass calling ``lr_find`` / ``scale_batch_size`` later in the fit (say at an epoch's start)
+stops with the reason at the fit's start (``refuse_later_searches``), before any search or step.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from trainmesh.callbacks.base import Callback
@@ -25,6 +26,33 @@ _NESTED = (
     "there; to search again later, call trainmesh.tuner.Tuner(trainer).{method}(model, ...) "
     "between fits"
 )
+
+
+_LATER = (
+    "{cls}.{hook} calls {method}(): a search during a running fit is not supported: Lightning runs such a search "
+    "as a nested fit inside the running one, and trainmesh searches only at the fit's start (refused now, before "
+    "any training, rather than when the hook runs). Search at the fit's start (the callback's own on_fit_start), "
+    "or call trainmesh.tuner.Tuner(trainer).{method}(model, ...) between fits"
+)
+
+
+_SEARCHING = ("on_fit_start", "lr_find", "scale_batch_size", "search_arguments", "searched", "in_fit_search")
+
+
+def refuse_later_searches(finders: list[Any]) -> None:
+    """At the fit's start, before a search or a step: a finder subclass whose methods other than
+    ``on_fit_start`` call ``lr_find`` / ``scale_batch_size`` (Lightning's documented milestone pattern)
+    stops here, where it would otherwise stop when that hook first runs, the epochs before it lost."""
+    for finder in finders:
+        method = "lr_find" if isinstance(finder, LearningRateFinder) else "scale_batch_size"
+        for klass in type(finder).__mro__:
+            if klass in (LearningRateFinder, BatchSizeFinder):
+                break
+            for hook, function in vars(klass).items():
+                if hook in _SEARCHING or not inspect.isfunction(function):
+                    continue
+                if method in function.__code__.co_names:
+                    raise RuntimeError(_LATER.format(cls=type(finder).__name__, hook=hook, method=method))
 
 
 class _DefaultTrue:

@@ -47,13 +47,15 @@ def run_searches(ctx: LoopContext, fit_data: FitData, train: TrainLoop) -> None:
     finders = finder_callbacks(ctx.view.callbacks)
     if not finders:
         return
+    from trainmesh.callbacks.finders import BatchSizeFinder, refuse_later_searches
+
+    refuse_later_searches(finders)
     if ctx.settings.fast_dev_run:  # Lightning's words, each finder's
         for finder in finders:
             what = "batch size scaler" if is_instance(finder, _FINDERS, "BatchSizeFinder") else "learning rate finder"
             rank_zero_warn(f"Skipping {what} since `fast_dev_run` is enabled.")
             finder.searched(None)
         return
-    from trainmesh.callbacks.finders import BatchSizeFinder
     from trainmesh.tuner import in_fit_searches  # a run with no finder never imports the tuner
 
     for finder in finders:
