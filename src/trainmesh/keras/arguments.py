@@ -32,7 +32,6 @@ from trainmesh.keras.data import (
 )
 from trainmesh.keras.masked_losses import refuse_batch_wide_losses
 from trainmesh.keras.metric_states import refuse_non_additive_metrics
-from trainmesh.keras.optimizers import own_overrides, refuse_own_apply
 from trainmesh.keras.own_forward import own_override
 from trainmesh.keras.routes import refuse_own_drivers
 from trainmesh.keras.step_means import evaluation_step_counts
@@ -98,7 +97,6 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     refuse_unshardable("sample_weight", kwargs.get("sample_weight"), world)
     refuse_unshardable("validation_data", kwargs.get("validation_data"), world, batches=True)
     check_loss_reduction(model)
-    check_optimizer(model, world)
     refuse_own_drivers(model, world, "fit")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
@@ -183,16 +181,6 @@ def check_loss_reduction(model: Any) -> None:
                 "gradients are averaged with weights for its share of the batch, which reproduces one process "
                 "only for a mean over the samples. Use reduction='sum_over_batch_size' (Keras' default)"
             )
-
-
-def check_optimizer(model: Any, world: int) -> None:
-    """The model's optimizer must not change the gradients above Keras' ``apply`` (optimizers.py).
-    Keras' own ``train_step`` calls ``apply``; ``apply_gradients`` counts where a step of the user's
-    may call it."""
-    from keras.src.backend.torch.trainer import TorchTrainer
-
-    names = ("apply",) if type(model).train_step is TorchTrainer.train_step else ("apply", "apply_gradients")
-    refuse_own_apply(model.optimizer, own_overrides(model.optimizer, names), world)
 
 
 def split_validation(x: Any, y: Any, sample_weight: Any, kwargs: dict[str, Any]) -> tuple[tuple[Any, Any, Any], Any]:
