@@ -220,19 +220,19 @@ class ClippingSGD(keras.optimizers.SGD):
 
 
 class SecondOptimizerStep(keras.Sequential):
-    """A ``train_step`` applying an optimizer of its own (a ClippingSGD), not the compiled one: refused
-    at that optimizer's first apply under several processes."""
+    """A ``train_step`` applying an optimizer of its own (a ClippingSGD), not the compiled one, on gradients
+    of ``torch.autograd.grad`` (averaged only in Keras' apply, below the override): refused under several
+    processes (before training, by the step probe)."""
 
     def train_step(self, data):
         x, y = data
         if not hasattr(self, "own_optimizer"):
             self.own_optimizer = ClippingSGD(0.1)
-        self.zero_grad()
         loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
-        loss.backward()
         weights = list(self.trainable_weights)
+        gradients = torch.autograd.grad(loss, [w.value for w in weights])
         with torch.no_grad():
-            self.own_optimizer.apply([w.value.grad for w in weights], weights)
+            self.own_optimizer.apply(list(gradients), weights)
         return {"loss": loss.detach()}
 
 

@@ -299,8 +299,8 @@ def distributed_block(out: str, rank: int) -> None:
 
 def torch_optimizer_step() -> dict:
     """Fits of keras_custom_steps.TorchOptimizerStep (a torch optimizer in its train_step, 4 steps of 8 per
-    process) and SecondOptimizerStep (an optimizer of its own overriding apply): their errors, and how many
-    steps the torch optimizer took."""
+    process) and SecondOptimizerStep (an optimizer of its own overriding apply, given torch.autograd.grad's
+    gradients): their errors, and how many steps the torch optimizer took; the weights of clipping_fit."""
     import keras_custom_steps
 
     import trainmesh.keras as tk
@@ -317,7 +317,31 @@ def torch_optimizer_step() -> dict:
             errors.append(None)
         except (RuntimeError, ValueError) as refused:
             errors.append(str(refused))
-    return {"error": errors[0], "own_apply_error": errors[1], "steps": keras_custom_steps.TORCH_STEPS[0]}
+    return {
+        "error": errors[0],
+        "own_apply_error": errors[1],
+        "steps": keras_custom_steps.TORCH_STEPS[0],
+        "clipping": clipping_fit(x, y.astype("float32"), batch=8, strategy="ddp", devices=2),
+    }
+
+
+def clipping_fit(x, y, *, batch: int, **launch) -> list[np.ndarray]:
+    """The weights of a model compiled with ClippingSGD (its apply clips) after Keras' own train_step at
+    ``batch`` (tk.fit with ``launch``, or Keras' own fit without)."""
+    import keras_custom_steps
+
+    import trainmesh.keras as tk
+
+    keras.backend.clear_session(free_memory=False)
+    keras.utils.set_random_seed(SEED)
+    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras_custom_steps.ClippingSGD(0.1), loss="mse")
+    arguments = {"batch_size": batch, "epochs": 1, "verbose": 0, "shuffle": False}
+    if launch:
+        tk.fit(model, x, y, **arguments, **launch)
+    else:
+        model.fit(x, y, **arguments)
+    return [np.array(v.numpy()) for v in model.weights]
 
 
 def shuffled_loader_samples(arrays: bool = False) -> list[list[int]]:

@@ -72,6 +72,32 @@ def test_a_loader_s_generator_goes_on_from_where_rank_0_s_fit_left_it():
     assert not torch.equal(parent.generator.get_state(), initial)
 
 
+def test_a_loader_s_generator_goes_on_from_where_rank_0_s_evaluate_or_predict_left_it():
+    """As after fit (above): a ddp_spawn worker's evaluate or predict on a DataLoader(shuffle=True, generator=g)
+    moves its copy of g (the permutation, the iterator's seed). Before, the launching process's g stayed where
+    it was, so the next evaluate (or fit) read the same order again, where Keras' own had moved g on."""
+    import pickle
+    from types import SimpleNamespace
+
+    from trainmesh.keras.arguments import adopt_call, call_result, data_generators
+
+    generator = torch.Generator()
+    generator.manual_seed(7)
+    data = torch.utils.data.TensorDataset(torch.rand(24, 5), torch.zeros(24, 1))
+    parent = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, generator=generator)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    runtime = SimpleNamespace(process=SimpleNamespace(reports_to_parent=True))
+    for call in (model.evaluate, model.predict):
+        initial = parent.generator.get_state()
+        worker = pickle.loads(pickle.dumps(parent))  # the copy a spawned worker unpickles
+        result = call_result(runtime, call(worker, verbose=0), None, data_generators(worker))
+        adopt_call(pickle.loads(pickle.dumps(result)), generators=data_generators(parent))
+        assert torch.equal(parent.generator.get_state(), worker.generator.get_state())
+        assert not torch.equal(parent.generator.get_state(), initial)
+
+
 def test_a_model_not_built_yet_arrives_with_the_launching_process_s_initializer_seeds():
     """ddp_spawn's workers rebuild the model from its config, and Keras draws each unseeded initializer's
     seed from Python's generator when the layer is made: a model only ``fit`` builds (no ``Input``) was

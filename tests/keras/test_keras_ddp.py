@@ -194,14 +194,24 @@ def test_a_train_step_that_applies_no_keras_optimizer_is_stopped_after_its_first
     """A train_step stepping a torch optimizer (trainmesh averages gradients in Keras' optimizer apply only):
     stopped on both ranks after one of its 4 steps, with what to use instead (before: each rank trained
     its own model on its own half, silently). One applying an optimizer of its own whose class overrides
-    apply (it would clip each rank's gradient): refused at that optimizer's first apply. The step's own
-    counter also counts the 3 calls of step_probe.py's probe before training (a mean loss: not refused)."""
+    apply (it clips) to gradients of torch.autograd.grad (averaged only below the override): refused before
+    training, by step_probe.py (no .grad to probe; refuse_own_apply would stop its first apply). The step's
+    own counter also counts the 3 calls of step_probe.py's probe before training (a mean loss: not
+    refused). The same ClippingSGD compiled, under Keras' own train_step (its
+    gradients averaged as loss.backward() ends, before its apply clips them), trains one process's model at
+    16 (before: refused before start, as every apply override was)."""
+    import keras_run
+
     for r in (0, 1):
         got = rank(ddp, "torch_optimizer", r)
         assert got["steps"] == 3 + 1
         assert "without applying gradients through a Keras optimizer's apply" in got["error"]
         assert "self.optimizer.apply(gradients, self.trainable_weights)" in got["error"]
-        assert "ClippingSGD overrides ClippingSGD.apply: " in got["own_apply_error"]
+        assert "train_step is not a mean over the batch's samples" in got["own_apply_error"]
+    x, y = keras_run.get_tabular(64)
+    expected = keras_run.clipping_fit(x, y.astype("float32"), batch=16)
+    for mine, theirs in zip(rank(ddp, "torch_optimizer", 0)["clipping"], expected, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-6)
 
 
 def test_a_shuffled_dataloader_is_split_anew_each_epoch(ddp):

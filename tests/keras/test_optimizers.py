@@ -1,7 +1,7 @@
 """An optimizer class of the user's own that overrides ``apply`` (or ``apply_gradients``, which a
-train_step of the user's may call) runs its override on each process's own gradients, before Keras'
-``apply`` averages them: refused under several processes before any starts; on one process, tk.fit is
-Keras' own fit with it."""
+train_step of the user's may call) runs its override on the gradients the step gives it: those
+loss.backward() left are averaged already; others only in Keras' ``apply``, below the override (refused
+there under several processes). On one process, tk.fit is Keras' own fit with it."""
 
 import os
 
@@ -54,18 +54,26 @@ x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
 y = x[:, :1] * 2.0
 
 
-def test_an_optimizer_overriding_apply_is_refused_before_any_process_starts(monkeypatch):
-    """2 processes: refused, naming the override, why, and update_step/clipnorm/one process instead; an
-    apply_gradients of its own is refused only with a train_step of the model's own (which may call it)."""
-    from trainmesh.keras import arguments
+def test_an_optimizer_overriding_apply_is_decided_at_its_first_apply_not_before_start(monkeypatch):
+    """2 processes: an override sees the gradients its step gives it, averaged where loss.backward() left
+    them (Keras' own train_step: always), so nothing is refused before start (before: every override was,
+    keras-io's gradient centralization too, which trains right); gradients computed otherwise are refused at
+    the optimizer's first apply (tests/keras/test_keras_ddp.py), naming the override, why and what to do."""
     from trainmesh.runtime import Runtime
 
-    monkeypatch.setattr(Runtime, "launch", lambda *a, **k: pytest.fail("a process was started"))
-    with pytest.raises(ValueError, match=r"ClippingSGD overrides ClippingSGD.apply: .*own gradients.*update_step"):
+    class Launched(Exception):
+        pass
+
+    def launch(*args, **kwargs):
+        raise Launched
+
+    monkeypatch.setattr(Runtime, "launch", launch)
+    with pytest.raises(Launched):
         tk.fit(model(ClippingSGD(0.1)), x, y, batch_size=16, strategy="ddp", devices=2)
-    with pytest.raises(ValueError, match=r"overrides TfStyleSGD.apply_gradients"):
+    with pytest.raises(Launched):
         tk.fit(model(TfStyleSGD(0.1), OwnStep), x, y, batch_size=16, strategy="ddp", devices=2)
-    arguments.check_optimizer(model(TfStyleSGD(0.1)), 2)  # Keras' own train_step calls apply only
+    with pytest.raises(ValueError, match=r"ClippingSGD overrides ClippingSGD.apply: .*loss.backward.*update_step"):
+        refuse_own_apply(ClippingSGD(), ["ClippingSGD.apply"], 2)
     assert own_overrides(keras.optimizers.LossScaleOptimizer(ClippingSGD()), ("apply",)) == []  # averaged first
     refuse_own_apply(ClippingSGD(), ["ClippingSGD.apply"], 1)  # one process: Keras' own
 

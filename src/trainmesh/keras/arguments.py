@@ -32,7 +32,6 @@ from trainmesh.keras.data import (
 )
 from trainmesh.keras.masked_losses import refuse_batch_wide_losses
 from trainmesh.keras.metric_states import refuse_non_additive_metrics
-from trainmesh.keras.optimizers import own_overrides, refuse_own_apply
 from trainmesh.keras.own_forward import own_override
 from trainmesh.keras.routes import refuse_own_drivers
 from trainmesh.keras.step_means import evaluation_step_counts
@@ -98,7 +97,6 @@ def check_fit(model: Any, x: Any, y: Any, kwargs: dict[str, Any], world: int) ->
     refuse_unshardable("sample_weight", kwargs.get("sample_weight"), world)
     refuse_unshardable("validation_data", kwargs.get("validation_data"), world, batches=True)
     check_loss_reduction(model)
-    check_optimizer(model, world)
     refuse_own_drivers(model, world, "fit")
     refuse_non_additive_metrics(model, x, y, world)
     refuse_batch_sums(model, x, world)
@@ -185,16 +183,6 @@ def check_loss_reduction(model: Any) -> None:
             )
 
 
-def check_optimizer(model: Any, world: int) -> None:
-    """The model's optimizer must not change the gradients above Keras' ``apply`` (optimizers.py).
-    Keras' own ``train_step`` calls ``apply``; ``apply_gradients`` counts where a step of the user's
-    may call it."""
-    from keras.src.backend.torch.trainer import TorchTrainer
-
-    names = ("apply",) if type(model).train_step is TorchTrainer.train_step else ("apply", "apply_gradients")
-    refuse_own_apply(model.optimizer, own_overrides(model.optimizer, names), world)
-
-
 def split_validation(x: Any, y: Any, sample_weight: Any, kwargs: dict[str, Any]) -> tuple[tuple[Any, Any, Any], Any]:
     """``validation_split`` done as Keras does it (its own function: the last part of the arrays),
     before the arrays are split over the processes; pops it (and ``validation_data``) from kwargs."""
@@ -229,27 +217,33 @@ class CallResult:
     and predict draw a DataLoader seed from torch's generator, and evaluate builds the compiled metrics
     and leaves their states: without them a later ``fit`` (shuffling, dropping out, building the
     metrics from a batch of its data) trained 6.8e-2 apart from one process's, and the model's metrics
-    read nothing."""
+    read nothing. A DataLoader's own generators (``data_generators``) move too, as fit's do."""
 
     value: Any
     states: dict[str, Any]
     metrics: list[np.ndarray] | None = None
+    generators: list[torch.Tensor] = field(default_factory=list)  # data_generators' states after rank 0's call
 
 
-def call_result(runtime: Runtime, value: Any, model: Any = None) -> Any:
+def call_result(runtime: Runtime, value: Any, model: Any = None, generators: Sequence[torch.Generator] = ()) -> Any:
     """In a worker: ``value``, with what its parent cannot see (a spawned or forked worker's)."""
     if not runtime.process.reports_to_parent:
         return value
     metrics = None if model is None else [np.array(v.numpy()) for v in model.metrics_variables]
-    return CallResult(value, random_states(), metrics)
+    return CallResult(value, random_states(), metrics, [generator.get_state() for generator in generators])
 
 
-def adopt_call(result: Any, model: Any = None, x: Any = None, y: Any = None) -> Any:
+def adopt_call(
+    result: Any, model: Any = None, x: Any = None, y: Any = None, generators: Sequence[torch.Generator] = ()
+) -> Any:
     """In the launching process: a worker's value, its generators and (evaluate) ``model``'s compiled
-    metrics built as Keras' own evaluate builds them on ``x``/``y``, with the worker's states."""
+    metrics built as Keras' own evaluate builds them on ``x``/``y``, with the worker's states. ``generators``
+    (the call's data_generators) take rank 0's states: before, an evaluate or predict on a
+    DataLoader(shuffle=True, generator=g) under ddp_spawn left g where it was, so the next call re-read its order."""
     if not isinstance(result, CallResult):
         return result
     set_random_states(result.states)
+    adopt_generators(generators, result.generators)
     if model is not None and result.metrics is not None:
         build_compiled(model, first_batch(x, y, model=model))  # specs only: nothing drawn, as Keras' evaluate builds
         if len(model.metrics_variables) == len(result.metrics):
@@ -297,6 +291,13 @@ def data_generators(*values: Any) -> list[torch.Generator]:
     return list(found.values())
 
 
+def adopt_generators(generators: Sequence[torch.Generator], states: list[torch.Tensor]) -> None:
+    """The launching process's ``generators`` take the states rank 0's copies of them were left in."""
+    if len(generators) == len(states):
+        for generator, state in zip(generators, states, strict=True):
+            generator.set_state(state)
+
+
 def fit_result(model: Any, history: Any, generators: list[torch.Generator] | None = None) -> FitResult:
     optimizer = model.optimizer
     return FitResult(
@@ -337,9 +338,7 @@ def adopt_fit(
     after a ddp_spawn fit drew the first fit's orders again, where one process's g had moved on."""
     if not isinstance(result, FitResult):
         return result
-    if len(generators) == len(result.generators):
-        for generator, state in zip(generators, result.generators, strict=True):
-            generator.set_state(state)
+    adopt_generators(generators, result.generators)
     keras = require_keras()
     if not model.built and result.build_config:  # built by the workers' fit (a Sequential without an Input)
         model.build_from_config(result.build_config)

@@ -16,7 +16,7 @@ epoch as torch's RandomSampler draws it, with rank 0's seed), in batches of its 
 ``DistributedSampler`` (which repeats samples to even the shares: one process reads each sample
 once); the processes must then have as many batches each, or the run is refused. A sampler of
 the user's own (weighted, a subset, a class of its own) is read as one process reads it, one global
-batch at a time, and process ``r`` takes the global batch's positions ``r, r + W, ...`` (OwnSamplerShard).
+batch at a time, and process ``r`` takes rank 0's global batch's positions ``r, r + W, ...`` (OwnSamplerShard).
 For evaluation each process reads the loader's batches ``r, r + W, ...``, every sample once, so
 that ``validation_steps``/``steps=k`` reads the loader's first ``k * W`` batches, as one process
 reads its first ``k`` batches of ``W * B``.
@@ -110,13 +110,18 @@ def _check_every_process_has_one(name: str, count: int, world: int, train: bool)
 
 
 def is_split_by_sample(loader: DataLoader[Any]) -> bool:
-    """A training DataLoader whose order is the dataset's or one plain permutation of it: split
-    by sample without padding (SampleShard). Any other sampler is padded as torch pads."""
+    """A training DataLoader whose order is the dataset's or one plain permutation of it drawn from torch's
+    generator: split by sample (SampleShard). Any other sampler, a shuffle drawing from the loader's own
+    ``generator=`` included, is read as one process reads it (OwnSamplerShard)."""
     sampler: Any = loader.sampler
     if type(sampler) is SequentialSampler:
         return True
-    # replacement or num_samples: draws trainmesh would not reproduce (a generator of the user's: SampleShard's)
-    return type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
+    return (
+        type(sampler) is RandomSampler
+        and not sampler.replacement
+        and sampler._num_samples is None
+        and sampler.generator is None
+    )
 
 
 def _sampler_length(name: str, sampler: Any, world: int) -> int:
@@ -149,38 +154,20 @@ class SampleShard(Sampler[int]):
     draws at this point: torch's ``RandomSampler`` (a DataLoader's ``shuffle=True``, Keras' own shuffle of
     arrays) draws a seed from torch's generator when its epoch's first batch is read, and permutes all
     ``n`` samples with it; every process draws as it (the generators move on alike) and takes rank 0's
-    seed (``runtime``: one small broadcast per epoch). A loader given a ``generator`` of the user's permutes
-    with that generator itself, twice per epoch as ``RandomSampler`` does (its remainder's ``randperm``),
-    every process from rank 0's state of it (before: it was ignored, the loader padded and shuffled from
-    torch's generator, 4.4e-2 from Keras' fit at 32, silently). RandomSampler draws lazily: its remainder's
-    ``randperm`` only when its batch sampler reads past the last sample, which Keras' fit (``len(loader)``
-    batches per epoch, one batch peeked before the first) does only when the last batch of ``batch_size``
-    (this process's) x W is partial; drawn so here too (``_remainder_draws``; before, drawn every epoch and
-    at the peek: g moved on otherwise, 4.4e-2 from Keras' fit again). Step k of the W processes reads the samples
-    of batch k of one process at W times the batch. No padding: every sample once, as one process reads them."""
+    seed (``runtime``: one small broadcast per epoch). Step k of the W processes reads the samples of
+    batch k of one process at W times the batch. No padding: every sample once, as one process reads them.
+    A loader given a ``generator`` of the user's is read through OwnSamplerShard, its ``RandomSampler``
+    pulled as one process pulls it (its lazy remainder ``randperm`` too)."""
 
-    def __init__(  # noqa: PLR0913 -- the sampler's draw and this process's place
-        self,
-        samples: int,
-        *,
-        num_replicas: int,
-        rank: int,
-        shuffle: bool,
-        runtime: Any = None,
-        generator: torch.Generator | None = None,
-        batches: tuple[int, bool] = (1, False),
-    ) -> None:
+    def __init__(self, samples: int, *, num_replicas: int, rank: int, shuffle: bool, runtime: Any = None) -> None:
         self.samples, self.num_replicas, self.rank = samples, num_replicas, rank
-        self.shuffle, self.runtime, self.epoch, self.generator = shuffle, runtime, 0, generator
-        self.batch_size, self.drop_last = batches  # this process's batch sampler's
+        self.shuffle, self.runtime, self.epoch = shuffle, runtime, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
         order: Any = range(self.samples)
-        if self.shuffle and self.generator is not None:  # RandomSampler's draws from the loader's generator
-            return self._remainder_draws()
         if self.shuffle:  # RandomSampler's draw, the same on every rank
             seed = int(torch.empty((), dtype=torch.int64).random_().item())
             if self.runtime is not None and self.num_replicas > 1:
@@ -189,25 +176,6 @@ class SampleShard(Sampler[int]):
             generator.manual_seed(seed)
             order = torch.randperm(self.samples, generator=generator).tolist()
         return iter(order[self.rank :: self.num_replicas])
-
-    def _remainder_draws(self) -> Iterator[int]:
-        """This process's samples of the permutation RandomSampler draws from the loader's generator, and its
-        remainder's ``randperm`` when one process's sampler would draw it: inside the last batch when that
-        batch of ``batch_size`` x W is partial (one process's batch sampler reads past the last sample to end
-        it, whatever this process's share of it), else once this process's batch sampler reads past its share
-        (a batch beyond the last asked for: never in Keras' fit)."""
-        generator = self.generator
-        assert generator is not None
-        if self.runtime is not None and self.num_replicas > 1:
-            generator.set_state(self.runtime.broadcast(generator.get_state(), 0))
-        share = torch.randperm(self.samples, generator=generator).tolist()[self.rank :: self.num_replicas]
-        inside_last = not self.drop_last and self.samples % (self.batch_size * self.num_replicas) != 0
-        for index, sample in enumerate(share):
-            if inside_last and index == len(share) - 1:
-                torch.randperm(self.samples, generator=generator)
-            yield sample
-        if not inside_last:
-            torch.randperm(self.samples, generator=generator)
 
     def __len__(self) -> int:
         return len(range(self.rank, self.samples, self.num_replicas))
@@ -218,17 +186,28 @@ class OwnSamplerShard(Sampler[int]):
     of its own drawing from its own generator), read as one process at ``W`` times the batch reads it: its
     iterator is pulled one global batch (``batch_size`` x W indices) at a time, when this process's batch
     sampler begins that batch, as one process's batch sampler pulls it, and past its end only where one
-    process's would (a partial last batch); this process takes positions ``rank, rank + W, ...`` of each.
-    Every process iterates its own copy of the sampler, which draws as one process's does where the program
-    seeds it alike. No padding: before, torch's ``DistributedSampler`` recipe repeated the first indices to
-    even the shares (337 samples at 2 x 16: a sample read twice, 1.8e-2 from Keras' fit at 32, silently)."""
+    process's would (a partial last batch); this process takes positions ``rank, rank + W, ...`` of rank 0's
+    global batch (``runtime``: one small broadcast per global batch). Every process pulls its own copy of the
+    sampler, so that a generator it draws from (torch's, numpy's, its own) moves on every process as on rank
+    0's; the indices are rank 0's, so that a sampler drawing otherwise in each process (numpy's or Python's
+    generator, unseeded; torch's, which other code draws from as many times as its process reads samples)
+    still deals out one order (before: each process took its positions of its own order, and an unseeded
+    ``np.random.permutation`` read 73 of 320 samples twice an epoch and missed as many, silently). No padding:
+    before, torch's ``DistributedSampler`` recipe repeated the first indices to even the shares (337 samples
+    at 2 x 16: a sample read twice, 1.8e-2 from Keras' fit at 32, silently)."""
 
-    def __init__(self, sampler: Any, *, num_replicas: int, rank: int, batch_size: int) -> None:
+    def __init__(self, sampler: Any, *, num_replicas: int, rank: int, batch_size: int, runtime: Any = None) -> None:
         self.sampler, self.num_replicas, self.rank, self.batch_size = sampler, num_replicas, rank, batch_size
+        self.runtime = runtime
 
     def __iter__(self) -> Iterator[int]:
         order, size = iter(self.sampler), self.batch_size * self.num_replicas
-        while chunk := list(itertools.islice(order, size)):
+        while True:
+            chunk = list(itertools.islice(order, size))  # this process's copy moves as one process's
+            if self.runtime is not None and self.num_replicas > 1:  # every process ends where rank 0's does
+                chunk = self.runtime.broadcast(chunk, 0)
+            if not chunk:
+                return
             yield from chunk[self.rank :: self.num_replicas]
             if len(chunk) < size:
                 return
@@ -281,20 +260,11 @@ def split_batches(value: Any, runtime: Runtime, *, train: bool) -> Any:
         return replace_batch_sampler(value, InterleavedBatchShard(value.batch_sampler, num_replicas=world, rank=rank))
     if is_split_by_sample(value):  # draws nothing now: a shuffle draws when its epoch begins, as one process's
         shuffle = type(value.sampler) is RandomSampler
-        generator = value.sampler.generator if shuffle else None
+        samples = SampleShard(len(value.dataset), num_replicas=world, rank=rank, shuffle=shuffle, runtime=runtime)
         batches = value.batch_sampler
-        samples = SampleShard(
-            len(value.dataset),
-            num_replicas=world,
-            rank=rank,
-            shuffle=shuffle,
-            runtime=runtime,
-            generator=generator,
-            batches=(batches.batch_size, batches.drop_last),
-        )
         return replace_batch_sampler(value, BatchSampler(samples, batches.batch_size, batches.drop_last))
     size, drop_last = value.batch_sampler.batch_size, value.batch_sampler.drop_last
-    own = OwnSamplerShard(value.sampler, num_replicas=world, rank=rank, batch_size=size)
+    own = OwnSamplerShard(value.sampler, num_replicas=world, rank=rank, batch_size=size, runtime=runtime)
     return replace_batch_sampler(value, BatchSampler(own, size, drop_last))
 
 

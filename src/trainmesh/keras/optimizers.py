@@ -15,11 +15,15 @@ Gradients reach a Keras optimizer only through ``apply``; a step that updates va
 (``variable.assign_sub``) or with a torch optimizer bypasses every optimizer, and this with it (the
 gradients ``loss.backward()`` leaves are averaged as the pass ends, keras/backward.py, but not those of
 ``torch.autograd.grad``, and an update made outside an optimizer is not one this can check): a
-fit whose first training step applied no Keras optimizer is stopped there (:func:`refuse_unaveraged_step`). An optimizer class of the
-user's own that overrides ``apply`` (or ``apply_gradients``) runs its override on each process's
-own gradients, before Keras' ``apply`` averages them: a clip there would clip each process's part
-of the batch, unlike one process. Such an optimizer is refused (:func:`own_overrides`); an
-override of ``update_step`` sees the averaged gradients, as one process's does.
+fit whose first training step applied no Keras optimizer is stopped there (:func:`refuse_unaveraged_step`). An
+optimizer class of the user's own that overrides ``apply`` (or ``apply_gradients``) runs its override above
+Keras' ``apply``: on the gradients the step gives it. Those ``loss.backward()`` left (Keras' own
+``train_step``, a step of the user's reading ``v.value.grad``) were averaged as the pass ended, so the
+override sees what one process's sees, a clip or a centralization included (keras-io's gradient
+centralization as an ``apply`` override was refused, where it trains within float noise of one process).
+Gradients computed otherwise are averaged only in Keras' ``apply``, below the override, which would then
+clip each process's part of the batch: refused at that optimizer's first ``apply``, before it updates
+(:func:`refuse_own_apply`).
 """
 
 from __future__ import annotations
@@ -62,15 +66,17 @@ def own_overrides(optimizer: Any, names: tuple[str, ...]) -> list[str]:
 
 
 def refuse_own_apply(optimizer: Any, overrides: list[str], world: int) -> None:
-    """An optimizer whose ``apply``/``apply_gradients`` is the user's: refused (see the module's doc)."""
+    """An optimizer whose ``apply``/``apply_gradients`` is the user's, given gradients no backward pass of the
+    step averaged: refused (see the module's doc)."""
     if overrides and world > 1:
         raise ValueError(
             f"the optimizer {type(optimizer).__name__} overrides {' and '.join(overrides)}: under {world} processes "
-            "Keras' BaseOptimizer.apply averages the gradients across the processes, so an override above it runs "
-            "on each process's own gradients (a clip or a normalisation there would see one process's part of the "
-            "batch) and the run would differ from one process's, silently. Put the change in update_step (it sees "
-            "the averaged gradients), use Keras' own clipnorm/global_clipnorm/gradient_accumulation_steps, or run "
-            "on one process"
+            "its gradients were not those a loss.backward() of the training step left (computed otherwise, as with "
+            "torch.autograd.grad), which Keras' BaseOptimizer.apply averages across the processes, below the "
+            "override: the override ran on each process's own gradients (a clip or a normalisation there would see "
+            "one process's part of the batch) and the run would differ from one process's, silently. Compute the "
+            "gradients with loss.backward() and give the optimizer v.value.grad (averaged as the pass ends), put "
+            "the change in update_step (it sees the averaged gradients), or run on one process"
         )
 
 

@@ -233,11 +233,13 @@ def averaged_apply(  # noqa: PLR0913 -- where the step stands, and Keras' apply'
 ) -> Any:
     """Any optimizer a step applies (model.optimizer, a GAN's d_optimizer/g_optimizer): its gradients
     averaged first (``batch_sizes``: the running training step's batch; empty outside one)."""
-    # One whose apply is the user's own (it called Keras' through super()): refused before it updates.
-    # One process averages nothing, so the class walk is skipped there (this runs every step).
-    if state.world > 1:
-        refuse_own_apply(optimizer, own_overrides(optimizer, ("apply",)), state.world)
-    if batch_sizes and not _averaged_by_backward(state, optimizer, gradients, variables):
+    # One whose apply is the user's own (it called Keras' through super()) saw the gradients it was given:
+    # right where a backward pass averaged them, else refused before it updates. One process averages
+    # nothing, so the class walk is skipped there (this runs every step).
+    averaged = _averaged_by_backward(state, optimizer, gradients, variables)
+    if state.world > 1 and not averaged:
+        refuse_own_apply(optimizer, own_overrides(optimizer, ("apply", "apply_gradients")), state.world)
+    if batch_sizes and not averaged:
         gradients = average_gradients(state, list(gradients), batch_sizes[-1])
     zero = state.zero
     if zero is not None and zero.partitioned and optimizer is model.optimizer:  # only its state is split

@@ -251,7 +251,7 @@ def evaluate(
         evaluate_kwargs,
         gather,
     )
-    return arguments.adopt_call(result, model, x, y)
+    return arguments.adopt_call(result, model, x, y, arguments.data_generators(x))
 
 
 def _evaluate(
@@ -273,9 +273,11 @@ def _evaluate(
         kwargs["sample_weight"] = shard(kwargs["sample_weight"], rank, world)
     if rank != 0:
         kwargs["verbose"] = 0
+    generators = arguments.data_generators(x)  # this process's copies: the split reads them
     x = split_batches(x, runtime, train=False) if is_batches(x) else shard(x, rank, world)
     with installed(model, state), printing_on_rank_0(rank):
-        return arguments.call_result(runtime, model.evaluate(x, shard(y, rank, world), **kwargs), model)
+        value = model.evaluate(x, shard(y, rank, world), **kwargs)
+    return arguments.call_result(runtime, value, model, generators)
 
 
 def predict(
@@ -310,7 +312,8 @@ def predict(
     runtime = arguments.runtime_for(model, "predict", strategy, accelerator, devices, num_nodes)
     refuse_stateful_across_calls(model, runtime, "predict")
     arguments.check_predict(model, x, predict_kwargs, arguments.world_of(runtime))
-    return arguments.adopt_call(_launch(runtime, _predict, Travelling(model), x, predict_kwargs))
+    result = _launch(runtime, _predict, Travelling(model), x, predict_kwargs)
+    return arguments.adopt_call(result, generators=arguments.data_generators(x))
 
 
 def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str, Any]) -> Any:
@@ -319,7 +322,7 @@ def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str,
     kwargs["callbacks"] = for_rank(kwargs.get("callbacks"), rank)
     if rank != 0:
         kwargs["verbose"] = 0
-    batched = is_batches(x)
+    batched, generators = is_batches(x), arguments.data_generators(x)
     if batched and world > 1:  # each process predicts its run of the first steps * W batches, all of it
         x = split_for_prediction(x, runtime, kwargs.pop("steps", None))
     shares = None if batched or world == 1 else tuple(share_sizes(num_samples(x), world))
@@ -329,4 +332,4 @@ def _predict(runtime: Runtime, travelling: Travelling, x: Any, kwargs: dict[str,
         return outputs
     require_keras()
     parts = runtime.all_gather_object(outputs)
-    return arguments.call_result(runtime, concatenate(parts) if batched else interleave(parts))
+    return arguments.call_result(runtime, concatenate(parts) if batched else interleave(parts), None, generators)
