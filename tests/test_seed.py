@@ -82,14 +82,13 @@ def _lightning_seed_everything():
 SEED_VARIABLES = ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")
 
 
-def test_seed_everything_passes_nothing_through_the_environment(monkeypatch):
-    """A deliberate difference: Lightning's sets PL_GLOBAL_SEED and PL_SEED_WORKERS; trainmesh hands
-    the seed to the processes it starts explicitly (DESIGN: no side channel through the environment)."""
+def test_seed_everything_records_its_settings_and_writes_lightning_s_variables(monkeypatch):
+    """As Lightning's, seed_everything writes PL_GLOBAL_SEED and PL_SEED_WORKERS (before l-misc60 trainmesh
+    wrote none, a deliberate difference the session's brief undid); the settings are kept for the launchers."""
     for variable in SEED_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    before = dict(os.environ)
     assert tm.seed_everything(5, workers=True) == 5
-    assert dict(os.environ) == before
+    assert (os.environ["PL_GLOBAL_SEED"], os.environ["PL_SEED_WORKERS"]) == ("5", "1")
     assert seed_settings() == SeedSettings(seed=5, workers=True)
     tm.seed_everything(6)
     assert seed_settings() == SeedSettings(seed=6, workers=False)
@@ -372,3 +371,23 @@ def test_a_programs_level_on_lightning_s_loggers_governs_seed_set_as_lightning(c
     finally:
         logger.setLevel(level)
     assert ours == theirs
+
+
+def test_seed_everything_writes_pl_global_seed_and_pl_seed_workers_as_lightning():
+    # a program reading os.environ["PL_GLOBAL_SEED"] after seed_everything (before: KeyError under trainmesh)
+    lightning_seed = pytest.importorskip("lightning.fabric.utilities.seed")
+
+    def environment_after(seed_everything):
+        os.environ.pop("PL_GLOBAL_SEED", None)
+        os.environ.pop("PL_SEED_WORKERS", None)
+        seen = []
+        for seed, workers in [(17, False), (17, True), (None, False), (None, True)]:
+            returned = seed_everything(seed, workers=workers, verbose=False)
+            seen.append((returned, os.environ.get("PL_GLOBAL_SEED"), os.environ.get("PL_SEED_WORKERS")))
+        os.environ["PL_GLOBAL_SEED"] = "5"  # the program's own value: read by a call without a seed
+        seen.append((seed_everything(verbose=False), os.environ["PL_GLOBAL_SEED"], os.environ["PL_SEED_WORKERS"]))
+        return seen
+
+    theirs = environment_after(lightning_seed.seed_everything)
+    assert theirs[0] == (17, "17", "0") and theirs[-1] == (5, "5", "0")
+    assert environment_after(tm.seed_everything) == theirs

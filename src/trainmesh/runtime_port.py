@@ -56,6 +56,13 @@ class TrainerPort:
         estimate for ``module`` fits a device; called before the processes start."""
         self._runtime._choose_strategy(module)
 
+    def use_checkpoint_io(self, checkpoint_io: Any) -> None:
+        """A ``TorchCheckpointIO`` the program passed in ``plugins``: the strategy's ``checkpoint_io``
+        (lightning_face.py), the program's object as in Lightning."""
+        use = getattr(self._runtime.strategy, "use_checkpoint_io", None)
+        if use is not None:
+            use(checkpoint_io)
+
     def refuse_strategy_for_trainer(self) -> None:
         """Raise where the Trainer cannot run the strategy as built (Fabric's form of
         ``ModelParallelStrategy``: its ``parallelize_fn``), as Lightning's Trainer-side class refuses it."""

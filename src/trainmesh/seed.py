@@ -60,8 +60,8 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     its own reproducible random numbers. ``seed=None`` takes this process's last seed (which Lightning's
     ``PL_GLOBAL_SEED`` holds), else reads ``PL_GLOBAL_SEED``, and without it means 0
     (with a warning), as in Lightning 2: every process of a run, however started, must agree on the
-    seed. Unlike Lightning's, it sets no environment variable: trainmesh hands the seed to the processes
-    it starts explicitly (no side channel through the environment).
+    seed. As Lightning's, it sets ``PL_GLOBAL_SEED`` and ``PL_SEED_WORKERS`` (``"0"``/``"1"``) in
+    ``os.environ``; the processes trainmesh starts get the seed explicitly as well.
 
     Args:
         seed: the seed; anything ``int()`` takes (None: this process's last seed, else ``PL_GLOBAL_SEED``, else 0, said on stderr) (default ``None``).
@@ -76,7 +76,11 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     global _settings, _env_at_last_seed
     seed = _chosen_seed(seed, verbose)
     _settings = SeedSettings(seed=seed, workers=bool(workers))
-    _env_at_last_seed = os.environ.get("PL_GLOBAL_SEED")
+    # Lightning's: the seed and the workers flag in this process's environment (programs read them, and
+    # processes started after inherit them); trainmesh's launchers still hand the seed over explicitly
+    from trainmesh.launchers.environments import publish_seed  # the environment's one writer
+
+    _env_at_last_seed = publish_seed(seed, workers=bool(workers))
     if verbose and not said_by_the_agent_process():
         # Lightning's: "[rank: N] " where the process's environment names its rank (a process a launcher
         # started; the one the user started, before any launch, has none)
@@ -98,10 +102,9 @@ def _chosen_seed(seed: Any, verbose: bool) -> int:
     if seed is None:
         from_env = os.environ.get("PL_GLOBAL_SEED")
         if _settings is not None and from_env == _env_at_last_seed:
-            # Lightning's seed_everything writes its seed into PL_GLOBAL_SEED, so a later call without
+            # seed_everything wrote its seed into PL_GLOBAL_SEED, as Lightning's, so a later call without
             # one (LightningCLI's default ``seed_everything: true`` after the program's own
-            # ``seed_everything(42)``) takes it again; trainmesh writes no variable and remembers it
-            # (a variable the program changed since is read, as Lightning reads it)
+            # ``seed_everything(42)``) takes it again (a variable the program changed since is read)
             return _settings.seed
         if from_env is None:
             if verbose:
@@ -127,8 +130,7 @@ def seed_in_effect(captured: SeedSettings | None) -> SeedSettings | None:
     ``_get_distributed_sampler``; its strategies' ``reset_seed``): this process's last
     :func:`seed_everything`'s, which Lightning's wrote there; None where the program set or removed the
     variable since (the variable is then read as it is); a process that never called one: ``captured``
-    (a Runtime's, carried to the processes it starts). A removal of a variable that was unset when the
-    seed was set is not seen: trainmesh never wrote it."""
+    (a Runtime's, carried to the processes it starts)."""
     if _settings is None:
         return captured
     return _settings if os.environ.get("PL_GLOBAL_SEED") == _env_at_last_seed else None

@@ -273,3 +273,12 @@ def main_address_for_rendezvous(address: str | None, port: str | int | None) -> 
     finally:
         for key in added:
             os.environ.pop(key, None)
+
+
+def publish_seed(seed: int, *, workers: bool) -> str:
+    """Lightning's ``seed_everything`` output in this process's environment: ``PL_GLOBAL_SEED`` and
+    ``PL_SEED_WORKERS`` (``"0"``/``"1"``), which programs read (trainmesh's own processes get the seed
+    explicitly, not through these). Returns the ``PL_GLOBAL_SEED`` written."""
+    os.environ["PL_GLOBAL_SEED"] = str(seed)
+    os.environ["PL_SEED_WORKERS"] = str(int(workers))
+    return os.environ["PL_GLOBAL_SEED"]

@@ -171,7 +171,9 @@ def build_strategy(strategy: str | Any, placement: Placement, *, fault_tolerance
     if not callable(getattr(strategy, "with_placement", None)):
         raise TypeError(f"strategy={strategy!r} is neither a strategy name nor a strategy object")
     placed: Strategy = strategy.with_placement(placement)  # a user's strategy object: typed from here on
-    return placed
+    from trainmesh.strategies.arguments import in_place  # the program's object is the one that runs
+
+    return in_place(strategy, placed, placement)  # type: ignore[no-any-return]
 
 
 def _registered_by_program(name: str) -> Any:

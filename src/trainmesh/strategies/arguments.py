@@ -34,3 +34,18 @@ def new_keeping_arguments(cls: type[T], args: tuple[Any, ...], kwargs: dict[str,
 def rebuilt(strategy: T, placement: Any) -> T:
     """The same strategy class built with ``strategy``'s arguments for ``placement``."""
     return type(strategy)(**strategy.init_arguments, placement=placement)  # type: ignore[attr-defined,call-arg]
+
+
+def in_place(strategy: Any, placed: Any, placement: Any) -> Any:
+    """The program's own ``strategy`` object, placed as ``placed`` is: Lightning's Trainer runs the
+    object it was given (``trainer.strategy is s``; the program reads ``s.root_device``,
+    ``s.lightning_module`` or calls ``s.barrier()`` through its reference), so the constructor runs
+    again on it with the recorded arguments and the placement. ``placed`` was built first, so that a
+    placement its constructor refuses raises before the program's object changes. A strategy
+    whose ``with_placement`` gives another class (``AutoStrategy``) or that records no arguments
+    gives ``placed``."""
+    arguments = getattr(strategy, "init_arguments", None)
+    if arguments is None or type(placed) is not type(strategy) or placed is strategy:
+        return placed
+    type(strategy).__init__(strategy, **arguments, placement=placement)
+    return strategy

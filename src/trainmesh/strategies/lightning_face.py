@@ -184,6 +184,10 @@ class LightningStrategyFace:
             self.__dict__["_checkpoint_io"] = TorchCheckpointIO()
         return self.__dict__["_checkpoint_io"]
 
+    def use_checkpoint_io(self, checkpoint_io: Any) -> None:
+        """The ``TorchCheckpointIO`` a program passed in ``plugins``: the one ``checkpoint_io`` gives."""
+        self.__dict__["_checkpoint_io"] = checkpoint_io
+
     @property
     def precision_plugin(self) -> Any:
         trainer = self._served_trainer()

@@ -172,6 +172,8 @@ def build_runtime(
     runtime.supervision.set_watchdog_timeout(watchdog_timeout)  # supervision/watchdog.py
     # AsyncCheckpointIO: saves in the background (checkpoint/saves.py)
     runtime.checkpoints.saves.use_plugins(plugged.background_writer)
+    if plugged.checkpoint_io is not None:  # trainer.strategy.checkpoint_io is the program's
+        runtime.trainer_port.use_checkpoint_io(plugged.checkpoint_io)
     if plugged.layer_sync is not None:
         refuse_sync_on_cpu(runtime)
     return runtime, settings.enable_model_summary, plugged.layer_sync

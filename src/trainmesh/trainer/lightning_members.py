@@ -51,11 +51,17 @@ class LightningMembers(RunProperties):
 
     @property
     def accelerator(self) -> Any:
-        """The run's accelerator object (``CPUAccelerator``, ``CUDAAccelerator``, ``MPSAccelerator``)."""
+        """The run's accelerator object (``CPUAccelerator``, ``CUDAAccelerator``, ``MPSAccelerator``): the
+        program's own where it passed one (``Trainer(accelerator=acc)``: ``trainer.accelerator is acc``, as
+        in Lightning), else one made on the first read and the same object after."""
         from trainmesh import accelerator_types
 
-        classes = {"cuda": accelerator_types.CUDAAccelerator, "mps": accelerator_types.MPSAccelerator}
-        return classes.get(self.runtime.device_type, accelerator_types.CPUAccelerator)()
+        if self.__dict__.get("_accelerator_object") is None:
+            classes = {"cuda": accelerator_types.CUDAAccelerator, "mps": accelerator_types.MPSAccelerator}
+            self.__dict__["_accelerator_object"] = classes.get(
+                self.runtime.device_type, accelerator_types.CPUAccelerator
+            )()
+        return self.__dict__["_accelerator_object"]
 
     @property
     def node_rank(self) -> int:

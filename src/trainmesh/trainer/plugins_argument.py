@@ -27,6 +27,7 @@ class SortedPlugins:
     precision_plugin: Any  # a precision plugin given (trainer/precision_flag.py runs it as given), or None
     background_writer: AsyncCheckpointIO | None
     layer_sync: LayerSync | None
+    checkpoint_io: Any = None  # a TorchCheckpointIO given: the strategy's checkpoint_io (Lightning's object)
 
 
 def listed(plugins: Any) -> list[Any]:
@@ -60,7 +61,7 @@ def sort_plugins(
     )
 
     kinds: Counter[str] = Counter()
-    writer, precision_plugin = None, None
+    writer, precision_plugin, checkpoint_io = None, None, None
     layer_sync: LayerSync | None = TorchSyncBatchNorm() if sync_batchnorm else None
     for plugin in given:
         if is_strategy(plugin):
@@ -71,7 +72,7 @@ def sort_plugins(
         elif isinstance(plugin, AsyncCheckpointIO):
             writer, kinds["CheckpointIO"] = plugin, kinds["CheckpointIO"] + 1
         elif type(plugin) is TorchCheckpointIO:  # trainmesh's own writer, under Lightning's name
-            kinds["CheckpointIO"] += 1
+            checkpoint_io, kinds["CheckpointIO"] = plugin, kinds["CheckpointIO"] + 1
         elif isinstance(plugin, ClusterEnvironment):
             kinds["ClusterEnvironment"] += 1
             if (refusal := plugin.trainer_refusal()) is not None:
@@ -94,7 +95,7 @@ def sort_plugins(
         if precision_given:  # Lightning 2.6's check (pytorch-lightning 1.9.5 took the plugin beside precision=32)
             raise ValueError(f"Received both `precision={precision}` and `plugins={precision_plugin}`. Choose one.")
         precision = precision_plugin.precision
-    return SortedPlugins(precision, strategy, precision_plugin, writer, layer_sync)
+    return SortedPlugins(precision, strategy, precision_plugin, writer, layer_sync, checkpoint_io)
 
 
 def _refuse_own_precision_methods(plugin: Any) -> None:

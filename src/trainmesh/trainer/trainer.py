@@ -165,6 +165,8 @@ class Trainer(TrainerFields, construction.LightningOneMembers):  # fields; RunPr
             distributed_backend=distributed_backend,
             weights_summary=weights_summary,
         )
+        # the program's accelerator object is the run's (trainer.accelerator, lightning_members.py)
+        self._accelerator_object = None if isinstance(accelerator, str) else accelerator
         default_root_dir = local_path(default_root_dir, "Trainer(default_root_dir)")
         # Lightning's trainer.default_root_dir: "~" expanded, the path normalized
         self.default_root_dir = os.path.normpath(os.path.expanduser(str(default_root_dir or os.getcwd())))
