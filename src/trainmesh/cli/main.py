@@ -185,7 +185,7 @@ def build_parser(classes: dict[str, type], class_paths: dict[str, str], *, prog:
     formatter = type("HelpFormatter", (DefaultHelpFormatter, _HelpFormatter), {})
     # allow_abbrev=False on every parser: argparse would otherwise take --trainer.max_epoch for
     # --trainer.max_epochs without a word (jsonargparse 4.x only warns that this is deprecated).
-    parser = ArgumentParser(
+    parser = (_command_parser_class() if classes else ArgumentParser)(
         prog=prog,
         description="Train and evaluate trainmesh models.",
         formatter_class=formatter,
@@ -226,6 +226,14 @@ def _command_parser_class() -> type:
     from trainmesh.trainer.construction import in_todays_spelling
 
     class CommandParser(ArgumentParser):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            from trainmesh.cli.lightning_paths import LOADER_MODE, register_loader
+
+            register_loader()
+            # YAML, with a Lightning config's class paths (lightning.pytorch.strategies.X) read as trainmesh's
+            kwargs.setdefault("parser_mode", LOADER_MODE)
+            super().__init__(*args, **kwargs)
+
         def dump(self, namespace: Any, *args: Any, **kwargs: Any) -> str:
             # The old arguments are hidden (help=SUPPRESS), so the dump leaves them out; their
             # translation must land in today's arguments first, or the printed config would
@@ -242,6 +250,7 @@ def _command_parser_class() -> type:
 def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], class_paths: dict[str, str]) -> None:
     from jsonargparse import ActionConfigFile, ActionYesNo
 
+    from trainmesh.cli.trainer_arguments import add_object_arguments
     from trainmesh.trainer import Trainer
     from trainmesh.trainer.construction import OLD_ARGUMENTS
 
@@ -274,7 +283,7 @@ def _add_command_arguments(parser: Any, command: str, classes: dict[str, type], 
             _add_class_group(parser, role, title, classes[role], class_paths[role])
 
     group = parser.add_argument_group("Trainer", description="Arguments of trainmesh.Trainer.")
-    group.add_class_arguments(Trainer, "trainer", as_group=False, instantiate=False, fail_untyped=False)
+    add_object_arguments(parser, group, Trainer)
     # default_root_dir stays the Trainer's own default (the current directory), so the CLI and
     # the Python API both log to ./lightning_logs/version_N.
     if command == "fit":

@@ -111,19 +111,38 @@ def add_trainer_arguments(parser: LightningArgumentParser, trainer_class: Any) -
     parser.add_class_arguments(
         trainer_class, "trainer", fail_untyped=False, instantiate=False, sub_configs=True, skip=set(retyped)
     )
-    group = (parser.groups or {})["trainer"]
+    add_retyped((parser.groups or {})["trainer"], retyped)
+    shown = {f"trainer.{name}" for name in (*LIGHTNING_ORDER, *TRAINMESH_OWN)}
+    for action in parser._actions:  # argparse keeps no public list of its actions
+        if action.dest.startswith("trainer.") and action.dest not in shown:
+            # still accepted; jsonargparse leaves a suppressed argument out of --help and of its dumps
+            action.help = argparse.SUPPRESS
+    _in_order(parser, LIGHTNING_ORDER)
+
+
+def add_retyped(group: Any, retyped: dict[str, tuple[Any, Any]]) -> None:
+    """``--trainer.<name>`` in ``group`` for each ``name: (annotation, default)`` of ``retyped``."""
     for name, (annotation, default) in retyped.items():
         action = group.add_argument(f"--trainer.{name}", type=annotation, default=default, sub_configs=True)
         # what jsonargparse gives an argument of Lightning's `add_class_arguments(Trainer, fail_untyped=False,
         # instantiate=True, sub_configs=True)`: a callback/logger class chosen by class_path may then take an
         # untyped parameter (`def __init__(self, output_dir)`), as under Lightning
         action.sub_add_kwargs = {"fail_untyped": False, "sub_configs": True, "instantiate": True}
-    shown = {f"trainer.{name}" for name in (*LIGHTNING_ORDER, *TRAINMESH_OWN)}
-    for action in parser._actions:  # argparse keeps no public list of its actions
-        if action.dest.startswith("trainer.") and action.dest not in shown:
-            # still accepted; jsonargparse leaves a suppressed argument out of --help and of its dumps
-            action.help = argparse.SUPPRESS
-    _in_lightning_order(parser)
+
+
+def add_object_arguments(parser: Any, group: Any, trainer_class: Any) -> None:
+    """``trainmesh fit``'s ``--trainer.*``: ``trainer_class``'s arguments, with ``accelerator``,
+    ``strategy`` and ``plugins`` typed as ``LightningCLI`` types them (a name, or a class by its
+    short name or full path with ``--trainer.strategy.<arg>`` or ``init_args``), in
+    ``trainer_class``'s order."""
+    import_short_names()
+    objects = ("accelerator", "strategy", "plugins")
+    retyped = {n: t for n, t in _lightning_types().items() if n in objects}
+    group.add_class_arguments(
+        trainer_class, "trainer", as_group=False, instantiate=False, fail_untyped=False, skip=set(retyped)
+    )
+    add_retyped(group, retyped)
+    _in_order(parser, tuple(inspect.signature(trainer_class).parameters))
 
 
 def _forwarded_names(trainer_class: Any) -> set[str]:
@@ -138,10 +157,10 @@ def _forwarded_names(trainer_class: Any) -> set[str]:
     return names
 
 
-def _in_lightning_order(parser: LightningArgumentParser) -> None:
-    """Order the ``trainer.*`` actions as Lightning's Trainer orders its arguments (then trainmesh's
-    own, in its order): the parsed config, and so a saved ``config.yaml``, follows the actions' order."""
-    rank = {f"trainer.{name}": i for i, name in enumerate(LIGHTNING_ORDER)}
+def _in_order(parser: Any, order: tuple[str, ...]) -> None:
+    """Order the ``trainer.*`` actions as ``order`` (Lightning's Trainer's arguments; then the
+    others, as added): the parsed config, and so a saved ``config.yaml``, follows the actions' order."""
+    rank = {f"trainer.{name}": i for i, name in enumerate(order)}
     actions = parser._actions
     slots = [i for i, a in enumerate(actions) if a.dest.startswith("trainer.")]
     ordered = sorted(enumerate(actions[i] for i in slots), key=lambda p: (rank.get(p[1].dest, len(rank)), p[0]))
