@@ -107,7 +107,8 @@ def add_trainer_arguments(parser: LightningArgumentParser, trainer_class: Any) -
     """``--trainer.*``: ``trainer_class``'s arguments, those Lightning types more closely with
     Lightning's annotations and defaults, in Lightning's order."""
     import_short_names()
-    retyped = {n: t for n, t in _lightning_types().items() if n in _forwarded_names(trainer_class)}
+    forwarded = _forwarded_names(trainer_class)  # once: two signatures read (0.4 ms) per call
+    retyped = {n: t for n, t in _lightning_types().items() if n in forwarded}
     parser.add_class_arguments(
         trainer_class, "trainer", fail_untyped=False, instantiate=False, sub_configs=True, skip=set(retyped)
     )
