@@ -195,7 +195,7 @@ def test_the_failure_summary_names_the_rank_that_failed_not_the_peer_it_left_wai
 # its exception in its error file exactly as torch's ErrorHandler.record_exception does (what
 # _run_recording_errors calls), without importing torch: 1.7 s of CPU per worker here, 20 runs.
 EVERY_RANK_RAISES = """
-import json, os, sys, time, traceback
+import json, os, signal, sys, time, traceback
 rank, way = int(os.environ["RANK"]), sys.argv[1]
 try:
     raise ValueError(f"rank {rank} refuses the checkpoint")
@@ -214,8 +214,10 @@ except ValueError as exc:
     if way == "rank 0 slow to record" and rank == 0:
         time.sleep(60)  # a long teardown: the agent's SIGTERM comes before the record
     data = {"message": f"{type(exc).__name__}: {exc}", "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # a whole record, as trainmesh's workers write it
     with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as file:
         json.dump({"message": data}, file)
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     if way in ("across a second", "rank 0 slow to exit") and rank == 0:
         time.sleep(60)  # slow to exit (threads, a process group): the agent's SIGTERM ends it
     raise

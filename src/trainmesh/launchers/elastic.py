@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import signal
 import sys
 import uuid
 import warnings
@@ -237,5 +238,13 @@ def _run_recording_errors(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     try:
         return fn(*args, **kwargs)
     except Exception as exc:
-        ErrorHandler().record_exception(exc)
+        # Whole or not at all: when every rank raises at once, the agent's SIGTERM to the others can
+        # come while this rank writes its record, and torch's agent fails on a cut JSON file
+        # (JSONDecodeError in ProcessFailure) instead of naming the failure. The signal waits
+        # until the file is written (a few milliseconds), then ends the process as before.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            ErrorHandler().record_exception(exc)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         raise
