@@ -40,6 +40,7 @@ from trainmesh.checkpoint.io import (
     load_checkpoint_file,
     no_space_error,
 )
+from trainmesh.checkpoint.keys import holds_state
 from trainmesh.checkpoint.layout import METADATA_FILE as METADATA_FILE  # re-exported: the layout's names
 from trainmesh.checkpoint.layout import STATE_FILE as STATE_FILE
 from trainmesh.checkpoint.layout import is_distributed_checkpoint as is_distributed_checkpoint
@@ -143,7 +144,9 @@ def templates_for(
 
     return {
         model_key: get_model_state_dict(module),
-        optimizers_key: [get_optimizer_state_dict(module, optimizer) for optimizer in optimizers],
+        optimizers_key: [
+            get_optimizer_state_dict(module, optimizer) if holds_state(optimizer) else {} for optimizer in optimizers
+        ],
     }
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from trainmesh.checkpoint.io import load_checkpoint_file
-from trainmesh.checkpoint.keys import CheckpointKeys
+from trainmesh.checkpoint.keys import CheckpointKeys, holds_state
 from trainmesh.checkpoint.layout import is_distributed_checkpoint
 from trainmesh.utilities.dtensors import is_dtensor
 
@@ -62,7 +62,10 @@ def sharded_state_dict(
     options = StateDictOptions(full_state_dict=not sharded, cpu_offload=not sharded and cpu_offload)
     return {
         "model": get_model_state_dict(module, options=options),
-        "optim": [get_optimizer_state_dict(module, optimizer, options=options) for optimizer in optimizers],
+        "optim": [
+            get_optimizer_state_dict(module, optimizer, options=options) if holds_state(optimizer) else {}
+            for optimizer in optimizers
+        ],
     }
 
 
@@ -78,6 +81,9 @@ def load_sharded_state_dict(
         full = not any(is_dtensor(v) for v in state["model"].values())
         set_model_state_dict(module, state["model"], options=StateDictOptions(full_state_dict=full, strict=strict))
     for optimizer, saved in zip(optimizers, state.get("optim", [])):
+        if not holds_state(optimizer):
+            optimizer.load_state_dict(saved)  # the stand-in's {} (see holds_state)
+            continue
         if is_numbered(saved):
             saved = keyed_by_name(saved, optimizer, module)
         tensors = [
